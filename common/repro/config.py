@@ -1,0 +1,228 @@
+"""Compose, validate and resolve configs into a :class:`RunContext`.
+
+``compose(overrides)`` is the one way code and tests build a config: it registers every paper's schemas, runs
+Hydra's compose API on ``conf/`` and converts each group to its dataclass, so typos, wrong types and invalid values
+all fail here with a :class:`ConfigError` before any work starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+import papers
+from common.repro import registry
+from common.repro.errors import ConfigError
+from common.repro.results import config_hash
+from common.repro.schema import REPO_ROOT, repo_root
+
+CONF_DIR = REPO_ROOT / "conf"
+PROFILES = ("smoke", "default", "full")
+
+
+def paper_keys() -> list[str]:
+    """Paper packages present under ``papers/``."""
+    return sorted(m.name for m in pkgutil.iter_modules(papers.__path__) if m.ispkg)
+
+
+def register_paper_schemas() -> None:
+    """Import ``papers.<key>.schemas`` for every paper so their dataclasses are in the ConfigStore."""
+    for key in paper_keys():
+        try:
+            importlib.import_module(f"papers.{key}.schemas")
+        except ModuleNotFoundError as e:
+            if e.name != f"papers.{key}.schemas":
+                raise
+
+
+@contextmanager
+def _hydra(conf_dir: Path):
+    """Initialise Hydra on ``conf_dir`` unless an app (``@hydra.main``) already did."""
+    if GlobalHydra.instance().is_initialized():
+        yield
+        return
+    with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+        yield
+
+
+def compose(overrides: Sequence[str] = (), conf_dir: Path | str | None = None) -> DictConfig:
+    """Compose ``conf/config.yaml`` with ``overrides`` and validate every group (raises ConfigError)."""
+    register_paper_schemas()
+    conf_dir = Path(conf_dir) if conf_dir else CONF_DIR
+    try:
+        with _hydra(conf_dir):
+            cfg = hydra_compose("config", overrides=list(overrides))
+    except Exception as e:  # hydra wraps everything in its own exception types
+        raise ConfigError(f"cannot compose config with overrides {list(overrides)}: {_cause(e)}") from e
+    cfg.paths.conf_dir = str(conf_dir.resolve())
+    validate(cfg)
+    return cfg
+
+
+def _cause(e: BaseException | None) -> str:
+    """One line from an exception chain, naming the offending key where OmegaConf knows it."""
+    msgs = []
+    while e is not None:
+        text = str(e).strip()
+        line = text.splitlines()[0] if text else type(e).__name__
+        key = getattr(e, "full_key", None)
+        if key and key not in line:
+            line = f"key '{key}': {line}"
+        if "$VALUE" not in line and "$KEY" not in line:
+            msgs.append(line)
+        e = e.__cause__ or e.__context__
+    return " <- ".join(dict.fromkeys(msgs))
+
+
+def _to_object(node: Any, where: str) -> Any:
+    if node is None:
+        return None
+    try:
+        return OmegaConf.to_object(node) if isinstance(node, DictConfig) else node
+    except (OmegaConfBaseException, ValueError, TypeError) as e:
+        raise ConfigError(f"invalid {where}: {_cause(e)}") from e
+
+
+def validate(cfg: DictConfig) -> None:
+    """Instantiate every group's dataclass (runs ``__post_init__`` checks) and the experiment params."""
+    for group in ("paths", "paper", "trace", "hardware", "policy", "profile"):
+        if group in cfg:
+            _to_object(cfg[group], f"{group} config")
+    if cfg.get("experiment") is not None:
+        experiment_node(cfg)
+        params_for(cfg)
+        policy_configs(cfg)  # composes and validates each policy the experiment lists
+
+
+def experiment_node(cfg: DictConfig) -> DictConfig:
+    """The experiment node with the active profile's overrides merged in (``profiles`` removed)."""
+    exp = cfg.get("experiment")
+    if exp is None:
+        raise ConfigError("no experiment selected: pass experiment=<paper>/<name> (see ./reproduce.sh --list)")
+    profile = cfg.profile.name
+    try:
+        node = OmegaConf.to_container(exp, resolve=True)
+        profiles = node.pop("profiles", None) or {}
+        unknown = [p for p in profiles if p not in PROFILES]
+        if unknown:
+            raise ConfigError(f"experiment {exp.paper}/{exp.name}: unknown profile names {unknown}")
+        merged = OmegaConf.create(node)
+        if profiles.get(profile):
+            over = OmegaConf.create(profiles[profile])
+            bad = [k for k in over if k not in merged]
+            if bad:
+                raise ConfigError(f"experiment {exp.paper}/{exp.name}: profiles.{profile} sets unknown keys {bad}")
+            merged = OmegaConf.merge(merged, over)
+        merged.num_seeds = int(merged.num_seeds)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"experiment {exp.get('paper')}/{exp.get('name')}: {_cause(e)}") from e
+    if merged.paper != cfg.paper.key:
+        raise ConfigError(f"experiment {merged.paper}/{merged.name} selected with paper={cfg.paper.key}")
+    if merged.num_seeds < 1:
+        raise ConfigError(f"experiment {merged.paper}/{merged.name}: num_seeds must be >= 1")
+    return merged
+
+
+def _spec(cfg: DictConfig) -> registry.ExperimentSpec:
+    exp = cfg.experiment
+    try:
+        importlib.import_module(f"{cfg.paper.module}.experiments")
+    except ModuleNotFoundError as e:
+        raise ConfigError(f"paper {cfg.paper.key}: cannot import {cfg.paper.module}.experiments ({e})") from e
+    try:
+        return registry.lookup(exp.paper, exp.name)
+    except KeyError as e:
+        raise ConfigError(str(e.args[0])) from None
+
+
+def params_for(cfg: DictConfig) -> Any:
+    exp = experiment_node(cfg)
+    spec = _spec(cfg)
+    if spec.params is None:
+        if exp.params:
+            raise ConfigError(f"experiment {exp.paper}/{exp.name} takes no params, got {list(exp.params)}")
+        return None
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(spec.params), exp.params)
+        return OmegaConf.to_object(merged)
+    except (OmegaConfBaseException, ValueError, TypeError) as e:
+        raise ConfigError(f"experiment {exp.paper}/{exp.name} params: {_cause(e)}") from e
+
+
+def policy_configs(cfg: DictConfig) -> dict[str, DictConfig]:
+    """The policies to run: the one chosen with ``policy=`` or else the experiment's ``policies`` list."""
+    if cfg.get("policy") is not None:
+        return {cfg.policy.name: cfg.policy}
+    exp = experiment_node(cfg)
+    out: dict[str, DictConfig] = {}
+    for name in exp.policies:
+        sub = compose([f"policy={exp.paper}/{name}"], conf_dir=cfg.paths.conf_dir)
+        if sub.policy.name in out:
+            raise ConfigError(f"experiment {exp.paper}/{exp.name}: two policies named {sub.policy.name!r}")
+        out[str(sub.policy.name)] = sub.policy
+    return out
+
+
+def resolved_for_hash(cfg: DictConfig, policies: dict[str, DictConfig]) -> str:
+    """The text hashed to decide whether a stored result is up to date (host paths excluded)."""
+    exp = experiment_node(cfg)
+    node = {
+        "paper": OmegaConf.to_container(cfg.paper, resolve=True),
+        "experiment": OmegaConf.to_container(exp, resolve=True),
+        "trace": OmegaConf.to_container(cfg.trace, resolve=True) if cfg.get("trace") else None,
+        "hardware": OmegaConf.to_container(cfg.hardware, resolve=True) if cfg.get("hardware") else None,
+        "policies": {k: OmegaConf.to_container(v, resolve=True) for k, v in policies.items()},
+        "profile": OmegaConf.to_container(cfg.profile, resolve=True),
+    }
+    return OmegaConf.to_yaml(OmegaConf.create(node), sort_keys=True)
+
+
+def build_context(cfg: DictConfig, out_dir: Path | None = None) -> tuple[registry.RunContext, str]:
+    """Resolve ``cfg`` into the experiment's RunContext and the config hash of this run."""
+    exp = experiment_node(cfg)
+    _spec(cfg)  # fails early with a clear message if the function is not registered
+    policies = policy_configs(cfg)
+    chash = config_hash(resolved_for_hash(cfg, policies))
+    ctx = registry.RunContext(
+        paper=exp.paper,
+        experiment=exp.name,
+        profile=cfg.profile.name,
+        num_seeds=int(exp.num_seeds),
+        seed=int(exp.seed),
+        params=params_for(cfg),
+        policies={k: _to_object(v, f"policy {k}") for k, v in policies.items()},
+        trace=_to_object(cfg.get("trace"), "trace config"),
+        hardware=_to_object(cfg.get("hardware"), "hardware config"),
+        data_dir=Path(cfg.paths.data_dir),
+        out_dir=Path(out_dir) if out_dir else Path(cfg.paths.results_dir) / exp.paper,
+        cfg=cfg,
+    )
+    ctx.progress.label = f"{exp.paper}/{exp.name}"
+    return ctx, chash
+
+
+def experiments_of(paper: str, conf_dir: Path | str | None = None) -> list[str]:
+    """Experiment names of ``paper`` from ``conf/experiment/<paper>/*.yaml``, sorted."""
+    d = Path(conf_dir or CONF_DIR) / "experiment" / paper
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+def papers_in_conf(conf_dir: Path | str | None = None) -> list[str]:
+    d = Path(conf_dir or CONF_DIR) / "paper"
+    return sorted(p.stem for p in d.glob("*.yaml"))
+
+
+__all__ = [
+    "CONF_DIR", "ConfigError", "build_context", "compose", "experiment_node", "experiments_of",
+    "paper_keys", "papers_in_conf", "repo_root",
+]

@@ -1,0 +1,76 @@
+"""Matplotlib (Agg) helpers shared by the papers' figures; every figure is written atomically."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from common.repro.results import atomic_write_bytes  # noqa: E402
+
+
+def save_figure(fig, path: Path, dpi: int = 120) -> None:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    plt.close(fig)
+    atomic_write_bytes(Path(path), buf.getvalue())
+
+
+def cdf(ax, samples: Mapping[str, Sequence[float]], xlabel: str, log: bool = True) -> None:
+    """Empirical CDF per label (e.g. per-coflow CCT per policy)."""
+    for label, xs in samples.items():
+        x = np.sort(np.asarray(xs, dtype=float))
+        ax.step(x, np.arange(1, x.size + 1) / max(x.size, 1), where="post", label=label)
+    if log:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("CDF")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def bars_with_ci(ax, df: pd.DataFrame, metric: str, by: str = "policy", ylabel: str | None = None) -> None:
+    """Bar per ``by`` value of the seed mean of ``metric`` with a 95 % CI whisker."""
+    from common.repro.claims import mean_ci
+
+    sel = df[df["metric"] == metric]
+    names = list(dict.fromkeys(sel[by].tolist()))
+    stats_ = [mean_ci(sel[sel[by] == n]["value"].to_numpy()) for n in names]
+    means = [s[0] for s in stats_]
+    err = np.array([[s[0] - s[1] for s in stats_], [s[2] - s[0] for s in stats_]])
+    ax.bar(range(len(names)), means, yerr=err, capsize=3, color="tab:blue", alpha=0.8)
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    ax.set_ylabel(ylabel or metric)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def lines_with_ci(ax, df: pd.DataFrame, metric: str, x: str, by: str = "policy", xlabel: str | None = None,
+                  ylabel: str | None = None, logx: bool = False) -> None:
+    """One line per ``by`` value: mean over seeds of ``metric`` against column ``x``, shaded 95 % CI."""
+    from common.repro.claims import mean_ci
+
+    sel = df[df["metric"] == metric]
+    for name, g in sel.groupby(by, sort=False):
+        xs = sorted(g[x].unique())
+        st = [mean_ci(g[g[x] == v]["value"].to_numpy()) for v in xs]
+        m = np.array([s[0] for s in st])
+        ax.plot(xs, m, marker="o", ms=3, label=str(name))
+        ax.fill_between(xs, [s[1] for s in st], [s[2] for s in st], alpha=0.2)
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel or x)
+    ax.set_ylabel(ylabel or metric)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def figure(ncols: int = 1, nrows: int = 1, w: float = 5.0, h: float = 3.6):
+    return plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows), squeeze=False)

@@ -1,0 +1,108 @@
+"""Experiment registry and the context an experiment function receives.
+
+A paper registers each experiment once::
+
+    @experiment("swallow", "headline", params=HeadlineParams)
+    def headline(ctx: RunContext) -> pd.DataFrame:
+        ...
+
+The runner looks experiments up by ``(paper, name)``; the name matches ``conf/experiment/<paper>/<name>.yaml``.
+The function returns rows in the long format of :mod:`common.repro.results` (the runner adds paper, experiment and
+provenance columns) and may save figures with :meth:`RunContext.save_figure`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig
+
+from common.repro.progress import Progress
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    paper: str
+    name: str
+    fn: Callable[[RunContext], Any]
+    params: type | None
+    doc: str
+
+
+_REGISTRY: dict[tuple[str, str], ExperimentSpec] = {}
+
+
+def experiment(paper: str, name: str, params: type | None = None):
+    """Register ``fn`` as experiment ``paper/name``; ``params`` is the dataclass its ``params:`` node must fit."""
+    if params is not None and not dataclasses.is_dataclass(params):
+        raise TypeError(f"params for {paper}/{name} must be a dataclass, got {params!r}")
+
+    def wrap(fn: Callable[[RunContext], Any]) -> Callable[[RunContext], Any]:
+        key = (paper, name)
+        if key in _REGISTRY and _REGISTRY[key].fn.__qualname__ != fn.__qualname__:
+            raise ValueError(f"experiment {paper}/{name} registered twice")
+        _REGISTRY[key] = ExperimentSpec(paper, name, fn, params, (fn.__doc__ or "").strip())
+        return fn
+
+    return wrap
+
+
+def lookup(paper: str, name: str) -> ExperimentSpec:
+    try:
+        return _REGISTRY[(paper, name)]
+    except KeyError:
+        known = sorted(n for p, n in _REGISTRY if p == paper)
+        raise KeyError(
+            f"no experiment function registered for {paper}/{name}; registered for {paper}: {known}"
+        ) from None
+
+
+def registered(paper: str | None = None) -> list[ExperimentSpec]:
+    return [s for (p, _), s in sorted(_REGISTRY.items()) if paper is None or p == paper]
+
+
+@dataclass
+class RunContext:
+    """Everything an experiment needs, already validated.
+
+    Attributes:
+      paper, experiment, profile: names (profile is ``smoke``, ``default`` or ``full``).
+      num_seeds, seed: the experiment runs seeds ``seed .. seed + num_seeds - 1`` (see :meth:`seeds`).
+      params: instance of the experiment's params dataclass, profile overrides applied.
+      policies: ordered ``{name: policy dataclass}``; the experiment's list, or the one chosen with ``policy=``.
+      trace, hardware: the selected group configs as dataclass instances (``None`` if the paper has none).
+      data_dir: vendored data root; out_dir: where this run writes results and figures.
+      cfg: the full composed config, for provenance only.
+    """
+
+    paper: str
+    experiment: str
+    profile: str
+    num_seeds: int
+    seed: int
+    params: Any
+    policies: dict[str, Any]
+    trace: Any
+    hardware: Any
+    data_dir: Path
+    out_dir: Path
+    cfg: DictConfig
+    progress: Progress = dataclasses.field(default_factory=Progress)
+    figures: list[Path] = dataclasses.field(default_factory=list)
+
+    def seeds(self) -> np.ndarray:
+        return np.arange(self.seed, self.seed + self.num_seeds, dtype=np.int64)
+
+    def save_figure(self, fig, name: str) -> Path:
+        """Save a matplotlib figure as ``<out_dir>/<experiment>_<name>.png`` atomically and close it."""
+        from common.repro.plots import save_figure
+
+        path = self.out_dir / f"{self.experiment}_{name}.png"
+        save_figure(fig, path)
+        self.figures.append(path)
+        return path

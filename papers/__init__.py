@@ -1,0 +1,1 @@
+"""One package per reproduced paper; see the top-level README for the table."""

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Reproduce every paper's experiments and check their claims.
+#   ./reproduce.sh [PAPER ...] [--profile smoke|default|full] [--list] [--force] [--only EXP ...]
+# On a fresh machine it creates .venv, installs the project, then runs everything in one process.
+# Results land in results/<paper>/ (CSV, PNG, claims.md) and results/SUMMARY.md.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+if ! .venv/bin/python -c "import common, papers, jax, hydra" >/dev/null 2>&1 \
+   || [ pyproject.toml -nt .venv/.installed ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[dev]"
+  touch .venv/.installed
+fi
+
+# Fashion-MNIST comes from a Debian package (never downloaded at run time by our code).
+if [ ! -d /usr/share/datasets/fashion-mnist ] && [ ! -d data/images/fashion_mnist ] && command -v apt-get >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || true
+  elif command -v sudo >/dev/null; then sudo -n apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || true; fi
+fi
+
+# GPU runs: see README "Running on a GPU" for XLA_PYTHON_CLIENT_PREALLOCATE / MEM_FRACTION.
+export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-$PWD/.jax_cache}
+export PYTHONUNBUFFERED=1
+exec .venv/bin/python -m common.repro.run_all "$@"

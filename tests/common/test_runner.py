@@ -1,0 +1,137 @@
+"""The runner: compose/validation errors, the long result format, resume and atomic writes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from common.repro.config import build_context, compose
+from common.repro.errors import ConfigError, ResultSchemaError
+from common.repro.results import PROVENANCE_COLUMNS, RESULT_COLUMNS, metric_rows, to_frame
+from common.repro.run_all import main as run_all
+from tests.conftest import ROOT, write
+
+
+def test_compose_applies_profile_overrides(toy_conf):
+    cfg = compose(["experiment=toy/costs", "profile=smoke"], conf_dir=toy_conf)
+    ctx, chash = build_context(cfg)
+    assert ctx.num_seeds == 3 and list(ctx.seeds()) == [0, 1, 2]
+    assert list(ctx.policies) == ["fast", "slow"]
+    cfg2 = compose(["experiment=toy/costs", "profile=default"], conf_dir=toy_conf)
+    ctx2, chash2 = build_context(cfg2)
+    assert ctx2.num_seeds == 5 and chash2 != chash
+
+
+def test_policy_override_runs_only_that_policy(toy_conf):
+    cfg = compose(["experiment=toy/costs", "policy=toy/slow"], conf_dir=toy_conf)
+    ctx, _ = build_context(cfg)
+    assert list(ctx.policies) == ["slow"]
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("experiment.params.scael=2", "scael"),           # typo in a params key
+    ("experiment.params.scale=abc", "scale"),         # wrong type
+    ("profile.num_seeds=0", "num_seeds"),             # invalid value (post-init check)
+    ("profile=huge", "huge"),                         # unknown group option
+    ("experiment.nme=x", "nme"),                      # typo in a schema'd node
+])
+def test_bad_config_fails_at_compose(toy_conf, override, needle):
+    with pytest.raises(ConfigError, match=needle):
+        compose(["experiment=toy/costs", override], conf_dir=toy_conf)
+
+
+def test_typo_in_yaml_file_fails_at_compose(toy_conf):
+    p = toy_conf / "policy/toy/fast.yaml"
+    p.write_text(p.read_text() + "nmae: oops\n")
+    with pytest.raises(ConfigError, match="nmae"):
+        compose(["experiment=toy/costs"], conf_dir=toy_conf)
+
+
+def test_unregistered_experiment_is_a_clear_error(toy_conf):
+    write(toy_conf / "experiment/toy/ghost.yaml", """
+        # @package _global_
+        defaults:
+          - /schema/experiment/default@experiment
+          - override /paper: toy
+          - _self_
+        experiment:
+          name: ghost
+          paper: toy
+    """)
+    with pytest.raises(ConfigError, match="no experiment function registered for toy/ghost"):
+        compose(["experiment=toy/ghost"], conf_dir=toy_conf)
+
+
+def test_result_rows_validation():
+    rows = metric_rows("a", {"m": ([1.0, 2.0], "s")}, seeds=[0, 1])
+    df = to_frame(rows, trace="t", hardware="h")
+    assert list(df.columns) == list(RESULT_COLUMNS[2:])
+    with pytest.raises(ResultSchemaError, match="non-finite"):
+        to_frame(metric_rows("a", {"m": ([1.0, float("nan")], "s")}), trace="t", hardware="h")
+    with pytest.raises(ResultSchemaError, match="lack columns"):
+        to_frame([{"policy": "a", "value": 1.0}], trace="t", hardware="h")
+    with pytest.raises(ResultSchemaError, match="set by the runner"):
+        to_frame([{**rows[0], "paper": "x"}], trace="t", hardware="h")
+    with pytest.raises(ResultSchemaError, match="2 values for 3 seeds"):
+        metric_rows("a", {"m": ([1.0, 2.0], "s")}, seeds=[0, 1, 2])
+
+
+def test_run_all_writes_long_format_and_resumes(toy_conf, tmp_path, capsys):
+    res = tmp_path / "results"
+    argv = ["--conf-dir", str(toy_conf), "--results-dir", str(res), "--profile", "smoke", "--only", "costs"]
+    assert run_all(["toy", *argv]) == 0
+    df = pd.read_csv(res / "toy/costs.csv")
+    assert list(df.columns) == [*RESULT_COLUMNS, *PROVENANCE_COLUMNS]
+    assert set(df["policy"]) == {"fast", "slow"} and df["seed"].nunique() == 3
+    assert (res / "toy/claims.md").exists() and (res / "SUMMARY.md").exists()
+    mtime = (res / "toy/costs.csv").stat().st_mtime_ns
+    assert run_all(["toy", *argv]) == 0
+    assert "up to date, skipped" in capsys.readouterr().out
+    assert (res / "toy/costs.csv").stat().st_mtime_ns == mtime
+    assert run_all(["toy", *argv, "-o", "experiment.params.scale=2.0"]) == 0  # new hash -> rerun
+    assert pd.read_csv(res / "toy/costs.csv")["value"].mean() > df["value"].mean() * 1.5
+
+
+def test_list_prints_every_experiment(toy_conf, capsys):
+    assert run_all(["toy", "--list", "--conf-dir", str(toy_conf)]) == 0
+    out = capsys.readouterr().out
+    assert "toy/costs" in out and "toy/slow" in out
+
+
+def test_unknown_paper_exits_2(toy_conf):
+    assert run_all(["nopaper", "--conf-dir", str(toy_conf)]) == 2
+
+
+def test_kill_midway_then_rerun_loses_nothing(toy_conf, tmp_path):
+    """SIGKILL during the slow experiment: finished files stay intact, no temp/corrupt file; rerun completes."""
+    res = tmp_path / "results"
+    marker = tmp_path / "started"
+    env = {**os.environ, "TOY_STARTED_MARKER": str(marker), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "common.repro.run_all", "toy", "--profile", "smoke", "--no-claims",
+           "--conf-dir", str(toy_conf), "--results-dir", str(res)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None, proc.stdout.read().decode()
+        assert time.monotonic() < deadline, "slow experiment never started"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    costs = pd.read_csv(res / "toy/costs.csv")  # finished before the kill: complete and parseable
+    assert len(costs) == 2 * 3
+    assert not (res / "toy/slow.csv").exists()
+    assert [p.name for p in (res / "toy").iterdir() if p.name.endswith(".tmp")] == []
+    # Rerun (without the sleep, same config): costs is skipped (same hash), slow completes.
+    out = subprocess.run(cmd, cwd=ROOT, env={**env, "TOY_STARTED_MARKER": "", "TOY_SKIP_SLEEP": "1"},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "toy/costs: up to date, skipped" in out.stdout
+    assert len(pd.read_csv(res / "toy/slow.csv")) == 6
+    pd.testing.assert_frame_equal(pd.read_csv(res / "toy/costs.csv"), costs)

@@ -1,0 +1,63 @@
+"""Shared fixtures: CPU-only JAX, and a scratch conf tree with the toy paper for runner/claims tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pytest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+@pytest.fixture
+def toy_conf(tmp_path: Path) -> Path:
+    """A copy of conf/ plus the toy paper (two policies, two experiments)."""
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    write(conf / "paper/toy.yaml", """
+        defaults:
+          - /schema/paper/default@_here_
+          - _self_
+        key: toy
+        title: Toy paper for runner tests
+        module: tests.fixtures.toy_paper
+    """)
+    for name in ("fast", "slow"):
+        write(conf / f"policy/toy/{name}.yaml", f"""
+            defaults:
+              - /schema/policy/base@_here_
+              - _self_
+            name: {name}
+        """)
+    for exp, sleep in (("costs", 0.0), ("slow", 30.0)):
+        write(conf / f"experiment/toy/{exp}.yaml", f"""
+            # @package _global_
+            defaults:
+              - /schema/experiment/default@experiment
+              - override /paper: toy
+              - _self_
+            experiment:
+              name: {exp}
+              paper: toy
+              title: toy {exp}
+              policies: [fast, slow]
+              params:
+                scale: 1.0
+                sleep_s: {sleep}
+              profiles:
+                smoke:
+                  num_seeds: 3
+        """)
+    return conf

@@ -1,0 +1,54 @@
+"""Every experiment config composes under every profile; every paper's claims.yaml is valid and points at
+experiments that exist; and every experiment runs end to end on the smoke profile with a valid result frame."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from common.repro.claims import load_claims
+from common.repro.config import CONF_DIR, build_context, compose, experiments_of, papers_in_conf
+from common.repro.results import to_frame
+
+PAPERS = papers_in_conf()
+EXPERIMENTS = [(p, e) for p in PAPERS for e in experiments_of(p)]
+
+
+def test_conf_tree_has_the_groups():
+    for group in ("paper", "trace", "hardware", "policy", "profile", "experiment", "paths"):
+        assert (CONF_DIR / group).is_dir(), group
+    assert compose([]).profile.name == "default"
+
+
+@pytest.mark.parametrize("profile", ["smoke", "default", "full"])
+@pytest.mark.parametrize("paper, exp", EXPERIMENTS, ids=[f"{p}/{e}" for p, e in EXPERIMENTS])
+def test_experiment_composes(paper, exp, profile):
+    cfg = compose([f"experiment={paper}/{exp}", f"profile={profile}"])
+    ctx, chash = build_context(cfg)
+    assert ctx.paper == paper and ctx.experiment == exp and len(chash) == 16
+    assert ctx.num_seeds >= 1
+
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_paper_package_and_claims(paper):
+    pcfg = compose([f"paper={paper}"]).paper
+    mod = importlib.import_module(pcfg.module)
+    pkg = Path(mod.__file__).parent
+    assert (pkg / "README.md").is_file(), f"{paper} has no README.md"
+    _, claims = load_claims(pkg / pcfg.claims)
+    known = set(experiments_of(paper))
+    for c in claims:
+        assert c.experiment in known, f"claim {c.id} refers to unknown experiment {c.experiment}"
+
+
+@pytest.mark.parametrize("paper, exp", EXPERIMENTS, ids=[f"{p}/{e}" for p, e in EXPERIMENTS])
+def test_experiment_smoke_run(paper, exp, tmp_path):
+    from common.repro import registry
+
+    cfg = compose([f"experiment={paper}/{exp}", "profile=smoke"])
+    ctx, _ = build_context(cfg, out_dir=tmp_path)
+    rows = registry.lookup(paper, exp).fn(ctx)
+    df = to_frame(rows, trace=getattr(ctx.trace, "name", "none"), hardware=getattr(ctx.hardware, "name", "none"))
+    assert len(df) > 0
