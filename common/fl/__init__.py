@@ -1,0 +1,1 @@
+"""Federated-learning core: partitioners, stacked vmapped clients, byte-exact communication accounting."""

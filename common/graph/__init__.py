@@ -1,0 +1,1 @@
+"""Graph neural network building blocks: the jraph wrapper and dense GNN layers (import submodules)."""

@@ -1,0 +1,1 @@
+"""Small flax NNX models shared by several papers (MNIST/CIFAR classifiers) (import submodules)."""
