@@ -8,8 +8,14 @@ import numpy as np
 import pytest
 
 from common.traces import (
-    TraceFormatError, load_cifar10_jpeg, load_coflow_trace, load_mnist, load_workload_matrix, parse_coflow_text,
-    parse_idx, parse_workload_csv,
+    TraceFormatError,
+    load_cifar10_jpeg,
+    load_coflow_trace,
+    load_mnist,
+    load_workload_matrix,
+    parse_coflow_text,
+    parse_idx,
+    parse_workload_csv,
 )
 from common.traces.images import fashion_mnist_dir, load_fashion_mnist
 from tests.conftest import DATA
