@@ -67,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("papers", nargs="*", help="paper keys (default: every paper in conf/paper)")
     ap.add_argument("--profile", default="default", choices=("smoke", "default", "full"))
     ap.add_argument("--list", action="store_true", help="list the registered experiments and exit")
+    ap.add_argument("--sweep-arg", action="store_true",
+                    help="print 'experiment=<p>/<e>,...' for a Hydra multirun (e.g. a SLURM array) and exit")
     ap.add_argument("--force", action="store_true", help="rerun experiments whose results are up to date")
     ap.add_argument("--only", nargs="*", default=None, help="experiment names to run (default: all)")
     ap.add_argument("--results-dir", type=Path, default=None)
@@ -84,6 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     plan = [(p, e) for p in papers for e in experiments_of(p, base.paths.conf_dir)
             if args.only is None or e in args.only]
+
+    if args.sweep_arg:
+        print("experiment=" + ",".join(f"{p}/{e}" for p, e in plan))
+        return 0
 
     if args.list:
         for p, e in plan:
