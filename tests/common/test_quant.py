@@ -1,0 +1,172 @@
+"""Gradient compression kernels: exact error bounds, unbiasedness, wire format, bad input."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from common.quant import qsgd, sketch, terngrad
+from common.quant.pieces import from_pieces, num_pieces, piece_lengths, to_pieces
+
+# ------------------------------------------------------------------------------------------------ pieces
+
+
+def test_pieces_when_size_does_not_divide():
+    x = jnp.arange(10.0)
+    xp, valid = to_pieces(x, 4)
+    assert xp.shape == (3, 4) and valid.sum() == 10 and not bool(valid[2, 2])
+    assert piece_lengths(10, 4).tolist() == [4, 4, 2]
+    np.testing.assert_array_equal(from_pieces(xp, 10), x)
+    assert num_pieces(0, 4) == 0 and piece_lengths(0, 4).size == 0
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True])
+def test_zero_or_invalid_piece_size_is_rejected(bad):
+    with pytest.raises(ValueError, match="piece_size"):
+        num_pieces(10, bad)
+    with pytest.raises(ValueError, match="piece_size"):
+        sketch.wire_bytes(10, bad)
+
+
+def test_pieces_need_a_flat_tensor():
+    with pytest.raises(ValueError, match="flat"):
+        to_pieces(jnp.zeros((2, 3)), 2)
+
+
+# ------------------------------------------------------------------------------------------------ sketch
+
+# a few fixed shapes (each new shape is a new XLA compilation); values are free
+arrays = st.sampled_from([1, 13, 100, 257]).flatmap(lambda n: st.tuples(
+    st.lists(st.floats(-1e3, 1e3, allow_nan=False, width=32), min_size=n, max_size=n),
+    st.sampled_from([1, 4, 64, 100])))
+
+
+@settings(max_examples=40, deadline=None)
+@given(arrays)
+def test_deterministic_error_is_at_most_half_a_step(case):
+    vals, piece = case
+    x = jnp.asarray(vals, jnp.float32)
+    sk = sketch.quantize(x, piece)
+    xh = sketch.dequantize(sk, x.size)
+    err = np.abs(np.asarray(x, np.float64) - np.asarray(xh, np.float64))
+    assert np.all(err <= np.asarray(sketch.error_bound(sk, x.size)))
+    np.testing.assert_array_equal(xh, sketch.roundtrip(x, piece))
+    # the minimum of every piece is stored exactly (up to XLA's flush of subnormals to zero)
+    lo = np.asarray(sk.lo)
+    for i, ln in enumerate(piece_lengths(x.size, piece)):
+        seg = np.asarray(x)[i * piece: i * piece + ln]
+        assert abs(float(lo[i]) - float(seg.min())) <= np.finfo(np.float32).tiny
+
+
+def test_bound_is_tight_so_a_wrong_scale_would_fail():
+    x = jax.random.normal(jax.random.key(0), (4096,))
+    sk = sketch.quantize(x, 512)
+    err = jnp.abs(x - sketch.dequantize(sk, 4096))
+    half = np.repeat(np.asarray(sk.scale) / 2, 512)
+    assert float(jnp.max(err / half)) > 0.95  # the worst element uses almost the whole half-step
+    assert sk.codes.dtype == jnp.uint8 and int(sk.codes.max()) == 255 and int(sk.codes.min()) == 0
+
+
+def test_constant_piece_is_exact_and_scale_zero():
+    x = jnp.full((7,), 3.25)
+    sk = sketch.quantize(x, 4)
+    assert np.all(np.asarray(sk.scale) == 0)
+    np.testing.assert_array_equal(sketch.dequantize(sk, 7), x)
+
+
+def test_stochastic_rounding_is_unbiased_and_within_one_step():
+    x = jax.random.normal(jax.random.key(1), (256,)) * 0.01
+    keys = jax.random.split(jax.random.key(2), 2000)
+    outs = jax.vmap(lambda k: sketch.roundtrip(x, 64, k))(keys)
+    sk = sketch.quantize(x, 64)
+    assert bool(jnp.all(jnp.abs(outs - x) <= sketch.error_bound(sk, 256, stochastic=True)))
+    mean_err = np.asarray(outs.mean(0) - x)
+    se = np.repeat(np.asarray(sk.scale), 64) / 2 / np.sqrt(len(keys))  # Bernoulli sd <= scale/2
+    assert np.all(np.abs(mean_err) <= 5 * se + 1e-9)
+    # deterministic rounding of the same data is biased for some elements: the test can tell them apart
+    det_err = np.abs(np.asarray(sketch.roundtrip(x, 64) - x))
+    assert det_err.max() > 20 * se.max()
+
+
+def test_error_feedback_carries_the_residual():
+    x = jax.random.normal(jax.random.key(3), (100,))
+    res = jnp.zeros(100)
+    total_sent = jnp.zeros(100)
+    for _ in range(50):
+        sk, res = sketch.ef_quantize(x, res, 16)
+        total_sent += sketch.dequantize(sk, 100)
+    # the sum of what was sent tracks the sum of the inputs up to one residual
+    np.testing.assert_allclose(total_sent + res, 50 * x, rtol=1e-4, atol=1e-4)
+    assert float(jnp.max(jnp.abs(res))) <= float(jnp.max(sketch.error_bound(sk, 100)))
+
+
+def test_wire_format_roundtrip_and_exact_byte_count():
+    x = jax.random.normal(jax.random.key(4), (1000,))
+    sk = sketch.quantize(x, 300)
+    buf = sketch.to_bytes(sk, 1000)
+    assert len(buf) == sketch.wire_bytes(1000, 300) == 1000 + 4 * 8
+    back = sketch.from_bytes(buf, 1000, 300)
+    np.testing.assert_array_equal(sketch.dequantize(back, 1000), sketch.dequantize(sk, 1000))
+    assert np.frombuffer(buf[:4], "<f4")[0] == float(sk.lo[0])
+    with pytest.raises(ValueError, match="needs"):
+        sketch.from_bytes(buf[:-1], 1000, 300)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_is_reported_never_encoded(bad):
+    x = np.linspace(-1, 1, 20).astype(np.float32)
+    x[13] = bad
+    with pytest.raises(sketch.NonFiniteGradientError, match="1 piece") as ei:
+        sketch.quantize_checked(x, 8, where="layer f1")
+    assert ei.value.pieces.tolist() == [1] and "layer f1" in str(ei.value)
+    sk = sketch.quantize(jnp.asarray(x), 8)  # the jitted kernel poisons the piece instead of encoding it
+    out = np.asarray(sketch.dequantize(sk, 20))
+    assert np.all(np.isnan(out[8:16])) and np.all(np.isfinite(out[:8])) and np.all(np.isfinite(out[16:]))
+
+
+def test_empty_tensor_has_no_pieces_and_no_bytes():
+    sk = sketch.quantize(jnp.zeros((0,)), 8)
+    assert sk.codes.shape == (0, 8)
+    assert sketch.wire_bytes(0, 8) == 0 and sketch.to_bytes(sk, 0) == b""
+
+
+def test_roundtrip_pieces_batched_matches_flat():
+    x = jax.random.normal(jax.random.key(5), (3, 4, 16))
+    out = sketch.roundtrip_pieces(x)
+    for i in range(3):
+        np.testing.assert_allclose(out[i].reshape(-1), sketch.roundtrip(x[i].reshape(-1), 16), rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------ QSGD, TernGrad
+
+
+def test_qsgd_unbiased_and_variance_bound():
+    v = jax.random.normal(jax.random.key(6), (200,))
+    keys = jax.random.split(jax.random.key(7), 2000)
+    outs = jax.vmap(lambda k: qsgd.dequantize(qsgd.quantize(v, k, 4, 50), 4, 200))(keys)
+    mse = float(jnp.mean(jnp.sum((outs - v) ** 2, axis=1)))
+    assert mse <= float(qsgd.variance_bound(v, 4, 50)) * 1.05
+    assert float(jnp.max(jnp.abs(outs.mean(0) - v))) < 0.1
+    code = qsgd.quantize(v, keys[0], 4, 50)
+    assert code.levels.dtype == jnp.int8 and int(jnp.max(jnp.abs(code.levels))) <= 4
+    assert qsgd.wire_bits(200, 4, 50) == 200 * 4 + 32 * 4
+    with pytest.raises(ValueError, match="levels"):
+        qsgd.wire_bits(10, 0, 5)
+
+
+def test_terngrad_unbiased_ternary_and_bounded():
+    g = jax.random.normal(jax.random.key(8), (120,))
+    keys = jax.random.split(jax.random.key(9), 2000)
+    codes = jax.vmap(lambda k: terngrad.quantize(g, k, 40))(keys)
+    assert set(np.unique(np.asarray(codes.tern)).tolist()) <= {-1, 0, 1}
+    outs = jax.vmap(lambda c: terngrad.dequantize(c, 120))(codes)
+    smax = np.repeat(np.asarray(codes.scale[0]), 40)
+    assert np.all(np.abs(np.asarray(outs - g)) <= smax + 1e-6)
+    assert float(jnp.max(jnp.abs(outs.mean(0) - g) / smax)) < 0.1
+    assert terngrad.wire_bytes(120, 40) == 30 + 12
+    clipped = terngrad.clip(g, 1.0)
+    assert float(jnp.max(jnp.abs(clipped))) <= float(jnp.std(g)) + 1e-6
