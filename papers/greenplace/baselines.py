@@ -42,7 +42,7 @@ def edge_only(key, obs, state: EnvState, params: EnvParams):
     m, s = state.model, state.site
     c = params.all_front[m]
     n = params.dev.shape[0]
-    fits = (params.mem >= params.front_mem[m, c]) & (params.site_probs > 0)
+    fits = (params.mem >= params.front_mem[m, c]) & (jnp.arange(n) != params.cloud)
     own = fits[s]
     other = jnp.argmax(jnp.where(fits, params.mem, -1.0))
     return _act(c, jnp.where(own, s, other), s)
