@@ -276,7 +276,8 @@ class PlacementEnv(Environment[EnvState, EnvParams]):
         mask = self.action_mask(state, params)
         return jnp.concatenate([
             jax.nn.one_hot(m, n_models),
-            jnp.log(state.batch / params.batch_min)[None] / jnp.log(params.batch_max / params.batch_min),
+            jnp.log(state.batch / params.batch_min)[None]
+            / jnp.maximum(jnp.log(params.batch_max / params.batch_min), 1e-6),
             jax.nn.one_hot(s, n),
             params.front_frac[m],
             jnp.log1p(params.cross_bytes[m]) / 16.0,
