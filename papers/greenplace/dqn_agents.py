@@ -29,8 +29,15 @@ from common.rl.dqn import (
     linear_schedule,
     td_loss,
 )
-from common.rl.env import BranchMask, Environment, branch_argmax, flatten_action, joint_mask, masked_argmax
-from common.rl.env import unflatten_action
+from common.rl.env import (
+    BranchMask,
+    Environment,
+    branch_argmax,
+    flatten_action,
+    joint_mask,
+    masked_argmax,
+    unflatten_action,
+)
 from common.rl.replay import ReplayState, replay_add, replay_init, replay_sample
 from papers.greenplace.schemas import PlacementPolicy
 
