@@ -90,7 +90,7 @@ class PlacementPolicy(BasePolicy):
     # DQN family (bdq, flat_dqn)
     lr: float = 5e-4
     gamma: float = 0.9
-    batch_size: int = 128
+    batch_size: int = 64
     buffer_size: int = 50_000
     eps_start: float = 1.0
     eps_end: float = 0.05
