@@ -167,9 +167,10 @@ def test_step_is_pure_and_jittable_and_auto_resets():
         x, y, z = np.asarray(x), np.asarray(y), np.asarray(z)
         assert np.allclose(x, y, rtol=1e-5, atol=1e-7), (x, y)
         assert np.array_equal(y, z)
-    for _ in range(7):
+    for i in range(8):
         obs, s, r, d, info = ENV.step(jax.random.key(5), s, a, p)
-    assert bool(d) and int(s.step) == 0  # episode_jobs = 8, then auto-reset
+        assert bool(d) == (i == 7)
+    assert int(s.step) == 0  # episode_jobs = 8, then auto-reset
 
 
 def test_every_baseline_returns_valid_actions():

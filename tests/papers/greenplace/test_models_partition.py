@@ -22,20 +22,21 @@ from papers.greenplace.partition import (
 )
 from tests.conftest import DATA
 
-# weights of the reference implementations (torchvision; MobileNet-v1 as in the paper), + BN running statistics
-WEIGHTS = {"alexnet": 61_100_840, "vgg16": 138_357_544, "resnet18": 11_689_512 + 9_600,
-           "mobilenet_v1": 4_231_976 + 10_944}
+# weights of the reference implementations (torchvision; MobileNet-v1 as in its paper), plus the BN running
+# statistics NNX keeps as state, plus the biases our convolutions keep before batch norm (the references drop them)
+WEIGHTS = {"alexnet": 61_100_840, "vgg16": 138_357_544, "resnet18": 11_689_512 + 9_600 + 4_800,
+           "mobilenet_v1": 4_231_976 + 10_944 + 21_888}
 
 
 @pytest.mark.parametrize("name", list(WEIGHTS))
 def test_profiles_match_the_reference_architectures(name):
     p = profile(name)
     assert p.out_shapes[-1] == (1, 1, 1000)
-    assert p.param_bytes.sum() / 4 == pytest.approx(WEIGHTS[name], rel=2e-3)
+    assert p.param_bytes.sum() / 4 == WEIGHTS[name]
     assert p.block_end[-1] and (p.flops > 0).all() and (p.out_bytes > 0).all()
 
 
-@pytest.mark.parametrize("name, j", [("resnet18", 0), ("vgg16", 2), ("mobilenet_v1", 2), ("alexnet", 8)])
+@pytest.mark.parametrize("name, j", [("resnet18", 0), ("vgg16", 3), ("mobilenet_v1", 2), ("alexnet", 8)])
 def test_flops_agree_with_xla_cost_analysis(name, j):
     assert profile(name).flops[j] == pytest.approx(xla_flops(name, j), rel=0.05)
 
