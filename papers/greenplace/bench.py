@@ -1,0 +1,90 @@
+"""Benchmark: vmapped environment steps per second and agent training wall time (prints figures).
+
+    PYTHONPATH=$PWD python -m papers.greenplace.bench [--envs 4096] [--steps 200] [--train-iters 300]
+
+Uses the default-profile configuration (hardware, California 2022 traces). Steps/s counts environment
+transitions (one job placed) with a fixed cheap policy (cloud-only) and with uniformly random valid actions; the
+training figure is iterations/s of BDQ with the default profile's seeds vmapped, and the implied wall time of the
+default profile's training budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+
+from common.repro.config import build_context, compose
+from papers.greenplace import dqn_agents
+from papers.greenplace.baselines import cloud_only, random_policy
+from papers.greenplace.env import PlacementEnv
+from papers.greenplace.setup import world
+
+ENV = PlacementEnv()
+
+
+def steps_per_second(params, policy, num_envs: int, num_steps: int, repeats: int = 3) -> float:
+    def run(key):
+        keys = jax.random.split(key, num_envs)
+        obs, state = jax.vmap(ENV.reset, in_axes=(0, None))(keys, params)
+
+        def body(carry, k):
+            obs, state = carry
+            ks = jax.random.split(k, num_envs)
+            a = jax.vmap(policy, in_axes=(0, 0, 0, None))(ks, obs, state, params)
+            obs, state, r, d, _ = jax.vmap(ENV.step, in_axes=(0, 0, 0, None))(ks, state, a, params)
+            return (obs, state), r.sum()
+
+        _, rs = jax.lax.scan(body, (obs, state), jax.random.split(key, num_steps))
+        return rs.sum()
+
+    f = jax.jit(run)
+    f(jax.random.key(0)).block_until_ready()
+    best = float("inf")
+    for i in range(repeats):
+        t = time.perf_counter()
+        f(jax.random.key(i + 1)).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return num_envs * num_steps / best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--envs", type=int, default=4096)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--train-iters", type=int, default=300)
+    args = ap.parse_args()
+    cfg = compose(["experiment=greenplace/headline", "profile=default"])
+    ctx, _ = build_context(cfg)
+    w = world(ctx)
+    sc = ctx.params.scenarios[0]
+    params = w.train_params(sc, 0.5)
+    print(f"machine: {os.cpu_count()} CPUs visible, jax {jax.__version__}, backend {jax.default_backend()}")
+    for name, pol in (("cloud_only", cloud_only), ("random", random_policy)):
+        sps = steps_per_second(params, lambda k, o, s, p, pol=pol: pol(k, o, s, p), args.envs, args.steps)
+        print(f"env steps/s ({args.envs} envs vmapped, {name} actions): {sps:,.0f}")
+    pol = ctx.policies["bdq"]
+    seeds = ctx.num_seeds
+    train = dqn_agents.make_train(ENV, params, pol, args.train_iters, ctx.params.train_envs)
+    fn = jax.jit(jax.vmap(train, in_axes=(0, 0, None)))
+    keys = jax.vmap(jax.random.key)(jnp.arange(seeds, dtype=jnp.uint32))
+    ws = jnp.full(seeds, 0.5)
+    t = time.perf_counter()
+    jax.block_until_ready(fn(keys, ws, params))
+    first = time.perf_counter() - t
+    t = time.perf_counter()
+    jax.block_until_ready(fn(keys, ws, params))
+    run = time.perf_counter() - t
+    ips = args.train_iters / run
+    budget = ctx.params.train_iterations
+    print(f"BDQ training, {seeds} seeds vmapped x {ctx.params.train_envs} envs: {ips:,.1f} iterations/s "
+          f"({ips * seeds * ctx.params.train_envs:,.0f} env steps/s incl. updates); compile+first run {first:.1f} s")
+    print(f"default profile budget {budget} iterations per agent -> {budget / ips / 60:.1f} min per (agent, "
+          f"scenario) after compilation")
+
+
+if __name__ == "__main__":
+    main()

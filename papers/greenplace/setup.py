@@ -1,0 +1,64 @@
+"""From a RunContext to environments: load the vendored traces, fit the latency models, build the model tables and
+the train (2022) / evaluation (2023) environment parameters of each scenario. Cached per process."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import common.traces.energy  # noqa: F401  (registers the energy_green_dcc loader)
+from common.traces import load_trace
+from common.traces.energy import EnergyTraces
+from papers.greenplace.env import EnvParams
+from papers.greenplace.latency import LatencyModel, fit_all
+from papers.greenplace.scenario import ModelTables, env_params, eval_start_hours, model_tables
+from papers.greenplace.schemas import EdgeCloudHardware, PlacementParams, Scenario
+
+
+@dataclass(frozen=True)
+class World:
+    traces: EnergyTraces
+    latency: dict[tuple[str, str], LatencyModel]
+    tables: ModelTables
+    hardware: EdgeCloudHardware
+    params: PlacementParams
+
+    def train_params(self, scenario: Scenario, w_energy: float) -> EnvParams:
+        return env_params(self.hardware, self.traces, self.tables, self.params, scenario, self.params.train_year,
+                          w_energy, self.params.episode_jobs)
+
+    def eval_params(self, scenario: Scenario, w_energy: float) -> tuple[EnvParams, np.ndarray]:
+        p = env_params(self.hardware, self.traces, self.tables, self.params, scenario, self.params.eval_year,
+                       w_energy, self.params.eval_jobs)
+        return p, eval_start_hours(int(p.price.shape[0]), self.params.eval_episodes)
+
+
+_WORLDS: dict[tuple, World] = {}
+
+
+@dataclass
+class _TraceCfg:
+    name: str
+    loader: str
+    files: dict
+    options: dict
+
+
+@functools.cache
+def _data(data_dir: str, name: str, files: tuple, latency_seed: int):
+    traces = load_trace(_TraceCfg(name, "energy_green_dcc", dict(files), {}), Path(data_dir))
+    return traces, fit_all(traces.latency, latency_seed)
+
+
+def world(ctx) -> World:
+    """The World of an experiment context (trace, hardware and params from its config)."""
+    files = tuple(sorted(ctx.trace.files.items()))
+    p: PlacementParams = ctx.params
+    key = (str(ctx.data_dir), files, repr(ctx.hardware), repr(p))
+    if key not in _WORLDS:
+        traces, latency = _data(str(ctx.data_dir), ctx.trace.name, files, p.latency_seed)
+        _WORLDS[key] = World(traces, latency, model_tables(p.models, latency, ctx.hardware), ctx.hardware, p)
+    return _WORLDS[key]
