@@ -327,5 +327,10 @@ def train_a3c(cfg, k_max: int, make_sim: Callable[[int, Grouper], tuple[PSSim, o
     return agent
 
 
-def with_episodes(cfg, episodes: int):
-    return dataclasses.replace(cfg, episodes=int(episodes)) if episodes > 0 else cfg
+def with_episodes(cfg, episodes: int = 0, episode_decisions: int = 0):
+    """``cfg`` with the episode count / length overridden where the override is > 0 (smoke profile)."""
+    if episodes > 0:
+        cfg = dataclasses.replace(cfg, episodes=int(episodes))
+    if episode_decisions > 0:
+        cfg = dataclasses.replace(cfg, episode_decisions=int(episode_decisions))
+    return cfg

@@ -137,8 +137,9 @@ def single_gradient(task: Task, w: np.ndarray, idx: np.ndarray, mode: str = "map
     return np.asarray(g[0]), float(loss[0])
 
 
-def _bucket(k: int, cap: int) -> int:
-    return min(cap, 1 << max(0, (k - 1).bit_length()))
+def _bucket(k: int, cap: int, floor: int = 4) -> int:
+    """Padded batch size: the next power of two >= k, at least ``floor`` and at most ``cap``."""
+    return min(cap, max(floor, 1 << max(0, (k - 1).bit_length())))
 
 
 class GradEngine:
@@ -191,7 +192,7 @@ class GradEngine:
                     r = rows[id(t.w)] = len(ws)
                     ws.append(t.w)
                 wi[j] = r
-            ub = _bucket(len(ws), self.max_chunk)
+            ub = 1 if len(ws) == 1 else kb  # two parameter-stack shapes per bucket keep compilations few
             W = np.stack(ws + [ws[0]] * (ub - len(ws)))
             I = np.stack([t.idx for t in chunk] + [chunk[0].idx] * (kb - k))
             g, loss = _grads(self.task, self.mode, self.task.train_data, jnp.asarray(W), jnp.asarray(wi),

@@ -2,7 +2,7 @@
 
 Iteration ``j`` of worker ``w`` takes
 
-    base_step_s / class_speeds[class(w)] * regime(w, j) * exp(noise_sigma * z) * (straggler_slowdown if u < p)
+    base_step_s * (batch / base_batch) / class_speeds[class(w)] * regime(w, j) * exp(noise_sigma * z) * (straggler_slowdown if u < p)
 
 seconds, with ``regime`` toggling between 1 and ``regime_shift_factor`` with probability ``regime_shift_prob`` per
 iteration (a co-located job arriving or leaving). Every worker draws from its own random stream, a fixed number of
@@ -31,9 +31,11 @@ def assign_classes(hw: PSClusterHardware, seed: int) -> np.ndarray:
     return np.random.default_rng([seed, 0xC1A55]).permutation(classes)
 
 
-def nominal_step_times(hw: PSClusterHardware, classes: np.ndarray) -> np.ndarray:
-    """What is known before training (the GPU type of each worker): its nominal seconds per iteration."""
-    return hw.base_step_s / np.asarray(hw.class_speeds, dtype=np.float64)[classes]
+def nominal_step_times(hw: PSClusterHardware, classes: np.ndarray, batch: int | None = None) -> np.ndarray:
+    """What is known before training (the GPU type of each worker): its nominal seconds per iteration at
+    ``batch`` samples (default ``hw.base_batch``)."""
+    scale = (batch or hw.base_batch) / hw.base_batch
+    return hw.base_step_s * scale / np.asarray(hw.class_speeds, dtype=np.float64)[classes]
 
 
 def prior_groups(hw: PSClusterHardware, classes: np.ndarray) -> list[list[int]]:
@@ -48,10 +50,10 @@ def prior_groups(hw: PSClusterHardware, classes: np.ndarray) -> list[list[int]]:
 class ComputeModel:
     """Draws iteration times; deterministic in ``(seed, worker, iteration)``."""
 
-    def __init__(self, hw: PSClusterHardware, seed: int):
+    def __init__(self, hw: PSClusterHardware, seed: int, batch: int | None = None):
         self.hw = hw
         self.classes = assign_classes(hw, seed)
-        self.nominal = nominal_step_times(hw, self.classes)
+        self.nominal = nominal_step_times(hw, self.classes, batch)
         self._rngs = [np.random.default_rng([seed, w, 0x57E9]) for w in range(hw.num_workers)]
         self.slow_regime = np.zeros(hw.num_workers, dtype=bool)
         self.iterations = np.zeros(hw.num_workers, dtype=np.int64)

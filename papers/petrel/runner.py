@@ -54,7 +54,8 @@ def make_sim(task: Task, engine: GradEngine, hw: PSClusterHardware, policy: Sync
     if grouper is None:
         grouper, gate = make_protocol(policy, hw.num_workers, hw.communities(), seed, agent)
     return PSSim(
-        engine, hw, grouper, gate, seed=seed, grad_lr=params.grad_lr, batch_size=params.batch_size,
+        engine, hw, grouper, gate, seed=seed, grad_lr=params.grad_lr(hw.num_workers),
+        batch_size=params.batch_per_worker(hw.num_workers),
         eval_every_grads=params.eval_every_grads if target is None else 0,
         max_time_s=max_time_s if max_time_s is not None else params.max_steps * hw.base_step_s,
         target_accuracy=params.target_accuracy if target is None else target,
@@ -67,7 +68,7 @@ def _agent_key(policy: SyncPolicy, hw: PSClusterHardware, params: PetrelParams, 
                                   class_fractions=[], num_workers=max(policy.a3c.train_workers),
                                   prior_communities=0)
     return repr((policy.a3c, episodes, policy.max_communities, policy.decision_every_steps, policy.ewma_alpha,
-                 hw_base, params.dataset, params.model, params.hidden, params.batch_size, params.grad_lr,
+                 hw_base, params.dataset, params.model, params.hidden, params.global_batch, params.lr,
                  params.n_train, params.probe_size, params.engine_mode))
 
 
@@ -81,7 +82,7 @@ def training_hardware(hw: PSClusterHardware, n: int, ratio: float, classes: int 
 def agent_for(policy: SyncPolicy, hw: PSClusterHardware, params: PetrelParams, task: Task,
               log: Callable[[str], None] | None = None) -> SharedAgent:
     """Train the CASP A3C agent for this hardware family (cached per process; same config -> same agent)."""
-    cfg = with_episodes(policy.a3c, params.a3c_episodes)
+    cfg = with_episodes(policy.a3c, params.a3c_episodes, params.a3c_episode_decisions)
     key = _agent_key(policy, hw, params, cfg.episodes)
     with _LOCK:
         if key in _AGENTS:

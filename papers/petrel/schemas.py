@@ -42,6 +42,7 @@ class PSClusterHardware(BaseHardware):
     class_fractions: list[float] = field(default_factory=list)  # empty: equal shares
     prior_communities: int = 0  # 0: one community per speed class
     base_step_s: float = 0.01
+    base_batch: int = 32  # base_step_s is one iteration at this per-worker batch; time scales linearly with batch
     noise_sigma: float = 0.03
     straggler_prob: float = 0.002
     straggler_slowdown: float = 2.0
@@ -77,6 +78,8 @@ class PSClusterHardware(BaseHardware):
             raise ValueError(f"hardware: {self.communities()} prior communities for {self.num_workers} workers "
                              "(more communities than workers)")
         _positive("hardware.base_step_s", self.base_step_s)
+        if self.base_batch < 1:
+            raise ValueError(f"hardware.base_batch must be >= 1, got {self.base_batch}")
         if not (0 <= self.noise_sigma < 2):
             raise ValueError(f"hardware.noise_sigma must be in [0, 2), got {self.noise_sigma}")
         _prob("hardware.straggler_prob", self.straggler_prob)
@@ -177,8 +180,8 @@ class PetrelParams:
     dataset: str = "mnist"
     model: str = "mlp"
     hidden: int = 32  # mlp width (common.models.small.MLP)
-    batch_size: int = 32  # per worker and iteration
-    grad_lr: float = 0.025  # every gradient is applied as w -= grad_lr * g (BSP: lr = N * grad_lr on the mean)
+    global_batch: int = 512  # samples per BSP round; each of N workers computes on global_batch // N
+    lr: float = 0.2  # SGD step on the mean of N gradients; every gradient is applied as w -= (lr / N) * g
     target_accuracy: float = 0.95
     n_train: int = 0  # 0: the whole training split
     n_test: int = 2000
@@ -189,15 +192,16 @@ class PetrelParams:
     speed_ratios: list[float] = field(default_factory=list)  # sweep: slowest/fastest class speed (empty: as hw)
     worker_counts: list[int] = field(default_factory=list)  # sweep: N (empty: hardware.num_workers)
     a3c_episodes: int = 0  # overrides policy.a3c.episodes when > 0 (smoke profile)
+    a3c_episode_decisions: int = 0  # overrides policy.a3c.episode_decisions when > 0 (smoke profile)
     curve_points: int = 40  # points per run kept for the accuracy/loss vs time curves
 
     def __post_init__(self) -> None:
         if self.dataset not in ("mnist", "cifar10_jpeg"):
             raise ValueError(f"params.dataset must be mnist or cifar10_jpeg, got {self.dataset!r}")
-        for k in ("hidden", "batch_size", "n_test", "probe_size", "curve_points"):
+        for k in ("hidden", "global_batch", "n_test", "probe_size", "curve_points"):
             if getattr(self, k) < 1:
                 raise ValueError(f"params.{k} must be >= 1, got {getattr(self, k)}")
-        _positive("params.grad_lr", self.grad_lr)
+        _positive("params.lr", self.lr)
         if not (0 < self.target_accuracy <= 1):
             raise ValueError(f"params.target_accuracy must be in (0, 1], got {self.target_accuracy}")
         if self.eval_every_grads < 1:
@@ -209,6 +213,17 @@ class PetrelParams:
             raise ValueError(f"params.speed_ratios must be >= 1 (slowest/fastest), got {self.speed_ratios}")
         if any(n < 1 for n in self.worker_counts):
             raise ValueError(f"params.worker_counts must be >= 1, got {self.worker_counts}")
+        if any(self.global_batch < n for n in self.worker_counts):
+            raise ValueError(f"params.global_batch {self.global_batch} is smaller than a worker count in "
+                             f"{self.worker_counts} (each worker needs >= 1 sample)")
+
+    def batch_per_worker(self, n: int) -> int:
+        if self.global_batch < n:
+            raise ValueError(f"global batch {self.global_batch} cannot feed {n} workers")
+        return self.global_batch // n
+
+    def grad_lr(self, n: int) -> float:
+        return self.lr / n
 
 
 register_schema("hardware", "ps_cluster", PSClusterHardware)

@@ -154,7 +154,7 @@ class PSSim:
         n = hw.num_workers
         self.n = n
         self.lr = np.float32(grad_lr)
-        self.compute = ComputeModel(hw, seed)
+        self.compute = ComputeModel(hw, seed, batch_size)
         self.sampler = ShardSampler(engine.task.n_train, n, batch_size, seed)
         self.latency = hw.latency_us * 1e-6
         self.ps_in, self.ps_out = Link(hw.ps_bandwidth_gbps * 1e9), Link(hw.ps_bandwidth_gbps * 1e9)
