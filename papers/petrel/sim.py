@@ -148,7 +148,7 @@ class PSSim:
     def __init__(self, engine: GradEngine, hw: PSClusterHardware, grouper: Grouper, gate: Gate | None = None, *,
                  seed: int, grad_lr: float, batch_size: int, eval_every_grads: int, max_time_s: float,
                  target_accuracy: float = 1.0, decision_every_s: float = 0.0, ewma_alpha: float = 0.2,
-                 max_updates: int = 0, label: str = "", record: bool = False):
+                 max_updates: int = 0, max_gradients: int = 0, label: str = "", record: bool = False):
         self.engine, self.hw, self.grouper, self.gate = engine, hw, grouper, gate or Gate()
         self.label, self.seed = label, seed
         n = hw.num_workers
@@ -165,7 +165,7 @@ class PSSim:
         self._next_eval = eval_every_grads
         self.decision_every_s, self.ewma_alpha = decision_every_s, ewma_alpha
         self.record = record
-        self.max_updates = max_updates
+        self.max_updates, self.max_gradients = max_updates, max_gradients
 
         self.now = 0.0
         self._heap: list = []
@@ -330,6 +330,8 @@ class PSSim:
         self.grads_applied += len(grads)
         if self.max_updates and self.version >= self.max_updates:
             self.done, self.stop_reason = True, "updates"
+        if self.max_gradients and self.grads_applied >= self.max_gradients:
+            self.done, self.stop_reason = True, "gradients"
         if self.eval_every > 0 and self.grads_applied >= self._next_eval:
             self._evaluate()
             while self._next_eval <= self.grads_applied:
