@@ -2,7 +2,8 @@
 
 Iteration ``j`` of worker ``w`` takes
 
-    base_step_s * (batch / base_batch) / class_speeds[class(w)] * regime(w, j) * exp(noise_sigma * z) * (straggler_slowdown if u < p)
+    base_step_s * (batch / base_batch) / class_speeds[class(w)] * regime(w, j) * exp(noise_sigma * z)
+        * (straggler_slowdown if u < p else 1)
 
 seconds, with ``regime`` toggling between 1 and ``regime_shift_factor`` with probability ``regime_shift_prob`` per
 iteration (a co-located job arriving or leaving). Every worker draws from its own random stream, a fixed number of

@@ -414,9 +414,9 @@ class PSSim:
                 else:
                     p = self.evals[i - 1]
                     f = (self.target - p.acc) / max(e.acc - p.acc, 1e-12)
-                    lerp = lambda a, b: a + f * (b - a)  # noqa: E731
-                    self.crossing = (lerp(p.t, e.t), lerp(p.ps_bytes, e.ps_bytes), lerp(p.wire_bytes, e.wire_bytes))
-                    self.crossing_grads = int(round(lerp(p.grads, e.grads)))
+                    self.crossing = (_lerp(p.t, e.t, f), _lerp(p.ps_bytes, e.ps_bytes, f),
+                                     _lerp(p.wire_bytes, e.wire_bytes, f))
+                    self.crossing_grads = int(round(_lerp(p.grads, e.grads, f)))
                 self.done, self.stop_reason = True, "target"
                 del self.evals[i + 1:]
                 self._checked = len(self.evals)
@@ -453,6 +453,10 @@ class PSSim:
             keep = np.unique(np.linspace(0, len(ev) - 1, points).round().astype(int))
             ev = [ev[i] for i in keep]
         return [(e.t, e.acc, e.loss, float(e.ps_bytes)) for e in ev]
+
+
+def _lerp(a: float, b: float, f: float) -> float:
+    return a + f * (b - a)
 
 
 def run_batch(sims: Sequence[PSSim], engine: GradEngine, progress: Callable[[PSSim], None] | None = None) -> None:
