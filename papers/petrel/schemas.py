@@ -104,7 +104,7 @@ class A3CConfig:
 
     actors: int = 2
     episodes: int = 48  # total over all actors
-    episode_decisions: int = 16
+    episode_decisions: int = 10
     t_max: int = 5
     hidden: int = 64
     lr: float = 0.001
