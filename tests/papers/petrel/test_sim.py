@@ -193,3 +193,26 @@ def test_time_to_target_interpolates(make_sim):
     assert prev.acc < 0.5 <= last.acc
     assert prev.t <= m["time_to_target_s"] <= last.t
     assert prev.ps_bytes <= m["ps_bytes_to_target"] <= last.ps_bytes
+
+
+def test_dssp_controller_known_answer():
+    """Fast worker 0 (push every 1 s) at gap 3 > s_L = 2; the slowest (worker 1) pushed at t = 10 and pushes every
+    4 s, so it next pushes at 14. From now = 11, r = 3 more iterations lands exactly on 14 (within s_U - gap)."""
+    from types import SimpleNamespace
+
+    from papers.petrel.protocols import DSSPGate
+
+    gate = DSSPGate(low=2, high=8)
+    sim = SimpleNamespace(now=0.0, clock=np.array([0, 0]))
+    for t, w in ((6.0, 1), (9.0, 0), (10.0, 0), (10.0, 1)):  # intervals: worker 0 -> 1 s, worker 1 -> 4 s
+        sim.now = t
+        gate.on_apply(sim, w)
+    sim.now, sim.clock = 11.0, np.array([5, 2])
+    gate.last_push[0] = 11.0
+    assert gate.extra_iterations(sim, 0, gap=3) == 3
+    assert gate.may_proceed(sim, 0) and gate.granted[0] == 2  # this iteration plus two more
+    assert gate.may_proceed(sim, 0) and gate.may_proceed(sim, 0) and gate.granted[0] == 0
+    sim.clock = np.array([11, 2])  # gap 9 > s_U: always wait
+    assert not gate.may_proceed(sim, 0)
+    sim.clock = np.array([4, 2])  # gap 2 <= s_L: always go
+    assert gate.may_proceed(sim, 0)
