@@ -1,0 +1,1 @@
+"""Petrel (CASP + A3C) on simulated heterogeneous parameter-server clusters with real MNIST training."""
