@@ -75,10 +75,12 @@ class DCRNN(nnx.Module):
       num_supports, max_step: support-stack size and diffusion steps (dual random walk: S = 2; K = 2).
       horizon: decoder steps.
       dec_aux_dim: extra known-in-advance decoder inputs per step (e.g. time of day); 0 = DCRNN's decoder.
+      zero_output: start the output projection at zero (the model first predicts 0, e.g. "no change").
     """
 
     def __init__(self, in_dim: int, out_dim: int, hidden: int, num_layers: int, num_supports: int,
-                 max_step: int, horizon: int, dec_aux_dim: int = 0, *, rngs: nnx.Rngs):
+                 max_step: int, horizon: int, dec_aux_dim: int = 0, zero_output: bool = False, *,
+                 rngs: nnx.Rngs):
         if num_layers < 1 or horizon < 1:
             raise ValueError(f"num_layers and horizon must be >= 1, got {num_layers}, {horizon}")
         self.out_dim, self.hidden, self.horizon, self.dec_aux_dim = out_dim, hidden, horizon, dec_aux_dim
@@ -86,7 +88,8 @@ class DCRNN(nnx.Module):
                                  for i in range(num_layers)])
         self.decoder = nnx.List([DCGRUCell(out_dim + dec_aux_dim if i == 0 else hidden, hidden, num_supports,
                                            max_step, rngs=rngs) for i in range(num_layers)])
-        self.proj = nnx.Linear(hidden, out_dim, rngs=rngs)
+        init = nnx.initializers.zeros if zero_output else nnx.initializers.lecun_normal()
+        self.proj = nnx.Linear(hidden, out_dim, kernel_init=init, rngs=rngs)
 
     def encode(self, x: jax.Array, supports: jax.Array | None) -> jax.Array:
         """Final hidden state of every layer, ``[L, B, N, H]``, after reading ``x: [B, T, N, F]``."""

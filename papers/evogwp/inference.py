@@ -17,6 +17,7 @@ EvoGWP's grid of history segments must start on a segment boundary, so up to ``L
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,11 +127,14 @@ class Forecaster:
         return np.asarray(out)
 
 
-_CACHE: dict[int, Any] = {}
+_CACHE: dict[tuple, Any] = {}
 
 
 def _predict_fn(f: Forecaster):
-    key = id(f)
+    """One jitted predict function per architecture, shared by every checkpoint of it."""
+    k = int(f.evo.shapelets.v.shape[0]) if f.evo else 0
+    key = (f.kind, json.dumps(f.meta["hparams"], sort_keys=True), f.input_len, f.horizon, len(f.entities),
+           f.context, k)
     if key not in _CACHE:
         _CACHE[key] = jax.jit(make_predict(f.build, f.input_len, f.horizon, f.context))
     return _CACHE[key]

@@ -10,8 +10,8 @@
 
 Recurrent and graph models (EvoGWP, DCRNN, Graph WaveNet, LSTM/GRU) share one input/output convention (our
 design, applied to all of them alike): input features per step are ``[x, x - x_last, sin, cos(2 pi tod)]`` and
-the output is a change added to the last observed value ``x_last``, so an untrained model starts at the
-last-value forecast. DLinear and PatchTST keep their own papers' conventions (raw input; RevIN).
+the output is a change added to the last observed value ``x_last``, and the output layer starts at zero, so an
+untrained model forecasts the last value. DLinear and PatchTST keep their own papers' conventions (raw input; RevIN).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from common.graph.dcrnn import DCRNN
 from common.graph.dense import adaptive_adjacency, diffusion_terms, dual_random_walk, random_walk
 
 IN_DIM = 4  # [x, x - x_last, sin tod, cos tod]
+ZERO = nnx.initializers.zeros  # output layers of the residual models: an untrained model forecasts the last value
 AUX_DIM = 2  # decoder: [sin tod, cos tod] of the step being predicted
 
 
@@ -97,7 +98,7 @@ class Seq2SeqRNN(nnx.Module):
         self.hidden, self.horizon = hidden, horizon
         self.enc = nnx.List([cls(IN_DIM if i == 0 else hidden, hidden, rngs=rngs) for i in range(num_layers)])
         self.dec = nnx.List([cls(1 + AUX_DIM if i == 0 else hidden, hidden, rngs=rngs) for i in range(num_layers)])
-        self.proj = nnx.Linear(hidden, 1, rngs=rngs)
+        self.proj = nnx.Linear(hidden, 1, kernel_init=ZERO, rngs=rngs)
 
     def __call__(self, batch: dict, *, teacher_prob=0.0, key=None) -> jax.Array:
         f, aux, last = features(batch)
@@ -227,7 +228,8 @@ class DCRNNForecaster(nnx.Module):
 
     def __init__(self, horizon: int, hidden: int = 32, num_layers: int = 1, max_step: int = 2, *,
                  rngs: nnx.Rngs):
-        self.net = DCRNN(IN_DIM, 1, hidden, num_layers, 2, max_step, horizon, dec_aux_dim=AUX_DIM, rngs=rngs)
+        self.net = DCRNN(IN_DIM, 1, hidden, num_layers, 2, max_step, horizon, dec_aux_dim=AUX_DIM, zero_output=True,
+                         rngs=rngs)
 
     def __call__(self, batch: dict, *, teacher_prob=0.0, key=None) -> jax.Array:
         f, aux, last = features(batch)
@@ -261,7 +263,7 @@ class GraphWaveNet(nnx.Module):
         self.e1 = nnx.Param(jax.random.normal(rngs.params(), (num_nodes, emb_dim)))
         self.e2 = nnx.Param(jax.random.normal(rngs.params(), (num_nodes, emb_dim)))
         self.end1 = nnx.Linear(skip, end, rngs=rngs)
-        self.end2 = nnx.Linear(end, horizon, rngs=rngs)
+        self.end2 = nnx.Linear(end, horizon, kernel_init=ZERO, rngs=rngs)
 
     def __call__(self, batch: dict, *, teacher_prob=0.0, key=None) -> jax.Array:
         f, _, last = features(batch)
@@ -343,7 +345,8 @@ class EvoGWP(nnx.Module):
         elif learned == "embedding":
             self.e1 = nnx.Param(jax.random.normal(rngs.params(), (num_nodes, emb_dim)))
             self.e2 = nnx.Param(jax.random.normal(rngs.params(), (num_nodes, emb_dim)))
-        self.net = DCRNN(IN_DIM, 1, hidden, num_layers, nsup, max_step, horizon, dec_aux_dim=AUX_DIM, rngs=rngs)
+        self.net = DCRNN(IN_DIM, 1, hidden, num_layers, nsup, max_step, horizon, dec_aux_dim=AUX_DIM, zero_output=True,
+                         rngs=rngs)
 
     def supports(self, batch: dict) -> jax.Array:
         """The ``[B, S, N, N]`` support stack of each window."""

@@ -42,11 +42,15 @@ def _model(kind, **over):
 
 @pytest.mark.parametrize("kind", list(SMALL))
 def test_every_model_forecasts_finite_values_of_the_right_shape(kind):
-    m = _model(kind)
-    out = m(_batch())
-    assert out.shape == (B, Q, N) and bool(jnp.all(jnp.isfinite(out)))
-    tf = m(_batch(), teacher_prob=0.5, key=jax.random.key(1))
-    assert tf.shape == (B, Q, N)
+    gd, params = nnx.split(_model(kind))
+
+    @jax.jit
+    def both(p, b):
+        m = nnx.merge(gd, p)
+        return m(b), m(b, teacher_prob=0.5, key=jax.random.key(1))
+
+    out, tf = both(params, _batch())
+    assert out.shape == tf.shape == (B, Q, N) and bool(jnp.all(jnp.isfinite(out)))
 
 
 @pytest.mark.parametrize("kind, head", [("dcrnn", "net.proj"), ("evogwp", "net.proj"), ("lstm", "proj"),
