@@ -1,9 +1,9 @@
 """Diffusion convolution, the DCGRU cell and a DCRNN-style sequence-to-sequence model (flax NNX).
 
 DCRNN (Li, Yu, Shahabi, Liu, ICLR 2018): a GRU whose matrix products are K-step diffusion convolutions over a
-graph, stacked into an encoder-decoder. The decoder starts from a zero GO symbol and, during training, feeds back
-either the ground truth or its own previous output (scheduled sampling with the inverse-sigmoid decay
-``k / (k + exp(step / k))``, ``k = cl_decay_steps``).
+graph, stacked into an encoder-decoder. The decoder starts from a zero GO symbol and, during training, feeds
+back either the ground truth or its own previous output (scheduled sampling with the inverse-sigmoid decay ``k
+/ (k + exp(step / k))``, ``k = cl_decay_steps``).
 
 Shapes: inputs ``[B, T, N, F]``; supports ``[S, N, N]`` (shared) or ``[B, S, N, N]`` (per sample, e.g. a graph
 that changes from window to window); hidden states ``[B, N, H]``. The recurrences are ``lax.scan`` loops, so a
@@ -30,10 +30,20 @@ class DiffusionConv(nnx.Module):
     """``y = [X, P_s^k X ...] W + b`` over ``num_supports`` supports and ``max_step`` steps (DCRNN Eq. 2, one
     weight block per term), Xavier-normal weights as in the reference code."""
 
-    def __init__(self, in_dim: int, out_dim: int, num_supports: int, max_step: int, *, bias_init: float = 0.0,
-                 rngs: nnx.Rngs):
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        num_supports: int,
+        max_step: int,
+        *,
+        bias_init: float = 0.0,
+        rngs: nnx.Rngs,
+    ):
         if in_dim < 1 or out_dim < 1 or num_supports < 0 or max_step < 0:
-            raise ValueError(f"bad DiffusionConv sizes in={in_dim} out={out_dim} S={num_supports} K={max_step}")
+            raise ValueError(
+                f"bad DiffusionConv sizes in={in_dim} out={out_dim} S={num_supports} K={max_step}"
+            )
         self.in_dim, self.out_dim = in_dim, out_dim
         self.num_supports, self.max_step = num_supports, max_step
         terms = 1 + num_supports * max_step
@@ -55,7 +65,9 @@ class DCGRUCell(nnx.Module):
 
     def __init__(self, in_dim: int, hidden: int, num_supports: int, max_step: int, *, rngs: nnx.Rngs):
         self.hidden = hidden
-        self.gates = DiffusionConv(in_dim + hidden, 2 * hidden, num_supports, max_step, bias_init=1.0, rngs=rngs)
+        self.gates = DiffusionConv(
+            in_dim + hidden, 2 * hidden, num_supports, max_step, bias_init=1.0, rngs=rngs
+        )
         self.cand = DiffusionConv(in_dim + hidden, hidden, num_supports, max_step, rngs=rngs)
 
     def __call__(self, x: jax.Array, h: jax.Array, supports: jax.Array | None) -> jax.Array:
@@ -78,16 +90,37 @@ class DCRNN(nnx.Module):
       zero_output: start the output projection at zero (the model first predicts 0, e.g. "no change").
     """
 
-    def __init__(self, in_dim: int, out_dim: int, hidden: int, num_layers: int, num_supports: int,
-                 max_step: int, horizon: int, dec_aux_dim: int = 0, zero_output: bool = False, *,
-                 rngs: nnx.Rngs):
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        hidden: int,
+        num_layers: int,
+        num_supports: int,
+        max_step: int,
+        horizon: int,
+        dec_aux_dim: int = 0,
+        zero_output: bool = False,
+        *,
+        rngs: nnx.Rngs,
+    ):
         if num_layers < 1 or horizon < 1:
             raise ValueError(f"num_layers and horizon must be >= 1, got {num_layers}, {horizon}")
         self.out_dim, self.hidden, self.horizon, self.dec_aux_dim = out_dim, hidden, horizon, dec_aux_dim
-        self.encoder = nnx.List([DCGRUCell(in_dim if i == 0 else hidden, hidden, num_supports, max_step, rngs=rngs)
-                                 for i in range(num_layers)])
-        self.decoder = nnx.List([DCGRUCell(out_dim + dec_aux_dim if i == 0 else hidden, hidden, num_supports,
-                                           max_step, rngs=rngs) for i in range(num_layers)])
+        self.encoder = nnx.List(
+            [
+                DCGRUCell(in_dim if i == 0 else hidden, hidden, num_supports, max_step, rngs=rngs)
+                for i in range(num_layers)
+            ]
+        )
+        self.decoder = nnx.List(
+            [
+                DCGRUCell(
+                    out_dim + dec_aux_dim if i == 0 else hidden, hidden, num_supports, max_step, rngs=rngs
+                )
+                for i in range(num_layers)
+            ]
+        )
         init = nnx.initializers.zeros if zero_output else nnx.initializers.lecun_normal()
         self.proj = nnx.Linear(hidden, out_dim, kernel_init=init, rngs=rngs)
 
@@ -106,14 +139,23 @@ class DCRNN(nnx.Module):
         h, _ = jax.lax.scan(step, h0, jnp.swapaxes(x, 0, 1))
         return h
 
-    def decode(self, h: jax.Array, supports: jax.Array | None, *, go: jax.Array | None = None,
-               targets: jax.Array | None = None, teacher_prob: jax.Array | float = 0.0,
-               key: jax.Array | None = None, aux: jax.Array | None = None) -> jax.Array:
+    def decode(
+        self,
+        h: jax.Array,
+        supports: jax.Array | None,
+        *,
+        go: jax.Array | None = None,
+        targets: jax.Array | None = None,
+        teacher_prob: jax.Array | float = 0.0,
+        key: jax.Array | None = None,
+        aux: jax.Array | None = None,
+    ) -> jax.Array:
         """Roll the decoder ``horizon`` steps from encoder state ``h``; returns ``[B, Q, N, out_dim]``.
 
-        ``go`` is the first fed input (zeros, DCRNN's GO symbol, by default). With ``targets`` ``[B, Q, N, out]``
-        and a ``key``, each sample feeds back the true previous value with probability ``teacher_prob``
-        (scheduled sampling); without them the decoder always feeds back its own output (inference).
+        ``go`` is the first fed input (zeros, DCRNN's GO symbol, by default). With ``targets``
+        ``[B, Q, N, out]`` and a ``key``, each sample feeds back the true previous value with probability
+        ``teacher_prob`` (scheduled sampling); without them the decoder always feeds back its own output
+        (inference).
         """
         _, b, n, _ = h.shape
         q = self.horizon
@@ -142,8 +184,9 @@ class DCRNN(nnx.Module):
         _, outs = jax.lax.scan(step, (h, go), (tgt, coins, auxs))
         return jnp.swapaxes(outs, 0, 1)
 
-    def __call__(self, x: jax.Array, supports: jax.Array | None, *, dec_supports: jax.Array | None = None,
-                 **decode_kw) -> jax.Array:
+    def __call__(
+        self, x: jax.Array, supports: jax.Array | None, *, dec_supports: jax.Array | None = None, **decode_kw
+    ) -> jax.Array:
         """Encode ``x`` on ``supports`` and decode on ``dec_supports`` (default: the same)."""
         h = self.encode(x, supports)
         return self.decode(h, supports if dec_supports is None else dec_supports, **decode_kw)

@@ -2,17 +2,17 @@
 
 Conventions: node features are ``[..., N, F]``; an adjacency is ``[N, N]`` (``A[i, j]`` = weight of the edge
 i -> j) or batched ``[B, N, N]``; a stack of *supports* (the matrices a diffusion convolution walks on) is
-``[S, N, N]`` shared by the whole batch or ``[B, S, N, N]`` per sample. Everything is a pure function of arrays, so
-it jit-compiles, vmaps and differentiates.
+``[S, N, N]`` shared by the whole batch or ``[B, S, N, N]`` per sample. Everything is a pure function of
+arrays, so it jit-compiles, vmaps and differentiates.
 
 Definitions (DCRNN, Li et al., ICLR 2018, Eq. 2):
 
 * random walk matrix ``D_O^{-1} A`` (rows sum to one; a row without out-edges stays zero);
 * dual random walk supports ``(D_O^{-1} A, D_I^{-1} A^T)`` for directed graphs;
 * diffusion features of ``X``: ``[X, P_1 X, P_1^2 X, ..., P_1^K X, P_2 X, ..., P_S^K X]`` concatenated on the
-  feature axis, i.e. the plain powers of the paper's definition. (The DCRNN reference code uses the Chebyshev-like
-  recursion ``2 P x_{k-1} - x_{k-2}`` instead; both span the same polynomial space for K <= 2 up to a reweighting
-  that the following linear layer absorbs.)
+  feature axis, i.e. the plain powers of the paper's definition. (The DCRNN reference code uses the
+  Chebyshev-like recursion ``2 P x_{k-1} - x_{k-2}`` instead; both span the same polynomial space for K <= 2
+  up to a reweighting that the following linear layer absorbs.)
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def dual_random_walk(adj: jax.Array) -> jax.Array:
 
 
 def adaptive_adjacency(e1: jax.Array, e2: jax.Array) -> jax.Array:
-    """Graph WaveNet's self-adaptive adjacency ``softmax(ReLU(E1 E2^T))`` (row softmax); ``e*: [..., N, d]``."""
+    """Graph WaveNet's self-adaptive adjacency ``softmax(ReLU(E1 E2^T))`` (row softmax); ``e*: [..., N,
+    d]``."""
     return jax.nn.softmax(jax.nn.relu(e1 @ jnp.swapaxes(e2, -1, -2)), axis=-1)
 
 
@@ -42,7 +43,9 @@ def _check(x: jax.Array, supports: jax.Array) -> None:
     if x.ndim != 3:
         raise ValueError(f"x must be [B, N, F], got shape {x.shape}")
     if supports.ndim not in (3, 4) or supports.shape[-1] != x.shape[1] or supports.shape[-2] != x.shape[1]:
-        raise ValueError(f"supports must be [S, N, N] or [B, S, N, N] with N={x.shape[1]}, got {supports.shape}")
+        raise ValueError(
+            f"supports must be [S, N, N] or [B, S, N, N] with N={x.shape[1]}, got {supports.shape}"
+        )
     if supports.ndim == 4 and supports.shape[0] != x.shape[0]:
         raise ValueError(f"per-sample supports {supports.shape} do not match batch {x.shape[0]}")
 
@@ -89,7 +92,8 @@ def num_diffusion_terms(num_supports: int, max_step: int) -> int:
 
 
 def correlation_distance(series: np.ndarray) -> np.ndarray:
-    """``sqrt(2 (1 - rho))`` between the columns of ``series`` ``[T, N]`` (a constant column: sqrt(2) to all)."""
+    """``sqrt(2 (1 - rho))`` between the columns of ``series`` ``[T, N]`` (a constant column: sqrt(2) to
+    all)."""
     x = np.asarray(series, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 2:
         raise ValueError(f"series must be [T >= 2, N], got shape {x.shape}")
@@ -106,11 +110,13 @@ def correlation_distance(series: np.ndarray) -> np.ndarray:
     return np.sqrt(np.maximum(2.0 * (1.0 - rho), 0.0))
 
 
-def gaussian_kernel_adjacency(dist: np.ndarray, threshold: float = 0.1, sigma: float | None = None) -> np.ndarray:
+def gaussian_kernel_adjacency(
+    dist: np.ndarray, threshold: float = 0.1, sigma: float | None = None
+) -> np.ndarray:
     """DCRNN's thresholded Gaussian kernel ``exp(-d^2 / sigma^2)`` with entries below ``threshold`` zeroed.
 
-    ``sigma`` defaults to the standard deviation of the off-diagonal distances (as DCRNN's gen_adj_mx does with
-    all finite distances). The diagonal is kept (weight 1), as in DCRNN.
+    ``sigma`` defaults to the standard deviation of the off-diagonal distances (as DCRNN's gen_adj_mx does
+    with all finite distances). The diagonal is kept (weight 1), as in DCRNN.
     """
     d = np.asarray(dist, dtype=np.float64)
     if d.ndim != 2 or d.shape[0] != d.shape[1]:
@@ -124,6 +130,8 @@ def gaussian_kernel_adjacency(dist: np.ndarray, threshold: float = 0.1, sigma: f
     return adj.astype(np.float32)
 
 
-def correlation_adjacency(series: np.ndarray, threshold: float = 0.1, sigma: float | None = None) -> np.ndarray:
+def correlation_adjacency(
+    series: np.ndarray, threshold: float = 0.1, sigma: float | None = None
+) -> np.ndarray:
     """Static graph of a set of series: Gaussian kernel of their correlation distance (DCRNN-style)."""
     return gaussian_kernel_adjacency(correlation_distance(series), threshold, sigma)

@@ -1,5 +1,5 @@
-"""EvoGWP (Li et al., IEEE TPDS 2024): long-term cloud workload prediction with shapelets, an evolution graph and
-a spatio-temporal GNN encoder-decoder, reproduced in JAX with its baselines.
+"""EvoGWP (Li et al., IEEE TPDS 2024): long-term cloud workload prediction with shapelets, an evolution graph
+and a spatio-temporal GNN encoder-decoder, reproduced in JAX with its baselines.
 
 ``predict(model, history) -> forecast`` forecasts the next horizon from a history (see
 :func:`papers.evogwp.inference.predict`); the package import stays light (no JAX) because configs import it.

@@ -6,12 +6,13 @@
 * ``y [T, N]`` raw targets (0 at gaps), ``obs [T, N]`` 1 where observed, ``nz [T, N]`` 1 where observed and
   non-zero (the masked training loss);
 * ``tod [T]`` time-of-day phase ``((t + phase0) mod period) / period``;
-* optional graph inputs: ``static_adj [N, N]``; ``sdist [G, N, K]`` (standardised shapelet distances of the grid
-  segments) and ``adj [G, N, N]`` (evolution adjacency of the transition ``g-1 -> g``).
+* optional graph inputs: ``static_adj [N, N]``; ``sdist [G, N, K]`` (standardised shapelet distances of the
+  grid segments) and ``adj [G, N, N]`` (evolution adjacency of the transition ``g-1 -> g``).
 
 ``gather(arrays, origins, P, Q, context)`` slices the windows of a batch of origins (first target steps) with
 ``lax.dynamic_slice`` under ``vmap``, so sampling batches happens inside the jitted training loop. The EvoGWP
-context of origin ``t`` is the ``C`` grid segments that end at or before ``t``: ``g = t // L - C .. t // L - 1``.
+context of origin ``t`` is the ``C`` grid segments that end at or before ``t``: ``g = t // L - C .. t // L -
+1``.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ class Context:
 
 
 def build_arrays(series: Series, scaler: Scaler, pad: int = 0, **extra: np.ndarray) -> dict[str, np.ndarray]:
-    """Arrays for ``series`` (see the module docstring); ``pad`` zero rows are appended so windows may reach past
-    the end (forecasting the unknown future); ``extra`` arrays (graph inputs) are passed through."""
+    """Arrays for ``series`` (see the module docstring); ``pad`` zero rows are appended so windows may reach
+    past the end (forecasting the unknown future); ``extra`` arrays (graph inputs) are passed through."""
     t, n = series.raw.shape
     obs = series.observed
     y = np.where(obs, series.raw, 0.0).astype(np.float32)
@@ -60,7 +61,9 @@ def build_arrays(series: Series, scaler: Scaler, pad: int = 0, **extra: np.ndarr
     return out
 
 
-def gather(arrays: dict, origins: jax.Array, input_len: int, horizon: int, context: Context | None = None) -> dict:
+def gather(
+    arrays: dict, origins: jax.Array, input_len: int, horizon: int, context: Context | None = None
+) -> dict:
     """Batch of windows for ``origins [B]`` (int32 first-target steps); traceable under jit."""
     n = arrays["x"].shape[1]
 

@@ -5,9 +5,9 @@ All read the gap-filled series in the data's units ``filled [T, N]`` and forecas
 
 * last value: ``y_hat(t + h) = y(t - 1)``;
 * seasonal naive: ``y_hat(t + h) = y(t + h - m)`` with ``m = season_days * period`` (same time yesterday);
-* ARIMA / ETS: ``AutoARIMA`` / ``AutoETS`` fitted once per series on the last ``fit_steps`` training steps, then
-  applied with the fitted parameters (``forward``, no refit) to the ``context_steps`` before each origin. A
-  series whose fit fails (e.g. a constant one) falls back to last value; the count is returned.
+* ARIMA / ETS: ``AutoARIMA`` / ``AutoETS`` fitted once per series on the last ``fit_steps`` training steps,
+  then applied with the fitted parameters (``forward``, no refit) to the ``context_steps`` before each origin.
+  A series whose fit fails (e.g. a constant one) falls back to last value; the count is returned.
 """
 
 from __future__ import annotations
@@ -44,8 +44,15 @@ def _model(kind: str, season_length: int):
     raise ValueError(f"unknown statistical model {kind!r}")
 
 
-def stats_forecast(kind: str, filled: np.ndarray, origins: np.ndarray, horizon: int, train_end: int,
-                   hp: StatsHP, progress=None) -> tuple[np.ndarray, int]:
+def stats_forecast(
+    kind: str,
+    filled: np.ndarray,
+    origins: np.ndarray,
+    horizon: int,
+    train_end: int,
+    hp: StatsHP,
+    progress=None,
+) -> tuple[np.ndarray, int]:
     """Forecasts ``[W, Q, N]`` and the number of series that fell back to last value."""
     x = np.asarray(filled, dtype=np.float64)
     o = np.asarray(origins)
@@ -60,7 +67,7 @@ def stats_forecast(kind: str, filled: np.ndarray, origins: np.ndarray, horizon: 
                 warnings.simplefilter("ignore")
                 fm = _model(kind, hp.season_length).fit(x[lo:train_end, j])
                 for i, t in enumerate(o):
-                    out[i, :, j] = fm.forward(y=x[t - hp.context_steps:t, j], h=horizon)["mean"]
+                    out[i, :, j] = fm.forward(y=x[t - hp.context_steps : t, j], h=horizon)["mean"]
             if not np.isfinite(out[:, :, j]).all():
                 raise FloatingPointError("non-finite forecast")
         except Exception:  # statsforecast raises assorted errors on degenerate series

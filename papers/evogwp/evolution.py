@@ -3,11 +3,11 @@
 Input: ``sdist[g, n, k]``, the distance of workload n's grid segment g to shapelet k (:mod:`.shapelets`).
 For every transition ``g-1 -> g`` (the authors' per-segment construction, dense for N <= 500):
 
-1. **Transition matrix** ``tmat [K, K]``: a workload links shapelet a (at g-1) to shapelet b (at g) when both of
-   its distances are under the ``link_percentile`` threshold (80th percentile of the *training* distances); the
-   link weighs ``(1 - minmax(d_src)[a]) (1 - minmax(d_dst)[b])`` (min-max over the K shapelets of that workload),
-   and links are summed over workloads. Entries ``<= min_weight`` are zeroed, rows normalised to sum to one, and
-   an empty row gets a self-loop.
+1. **Transition matrix** ``tmat [K, K]``: a workload links shapelet a (at g-1) to shapelet b (at g) when both
+   of its distances are under the ``link_percentile`` threshold (80th percentile of the *training* distances);
+   the link weighs ``(1 - minmax(d_src)[a]) (1 - minmax(d_dst)[b])`` (min-max over the K shapelets of that
+   workload), and links are summed over workloads. Entries ``<= min_weight`` are zeroed, rows normalised to
+   sum to one, and an empty row gets a self-loop.
 2. **Projection** to a workload x workload adjacency ``adj [N, N]`` (interference among workloads): every
    workload is mapped to its ``top_shapelets`` nearest shapelets and every shapelet to its ``top_workloads``
    nearest workloads; then
@@ -55,7 +55,8 @@ def _minmax(d: jax.Array) -> jax.Array:
 
 
 def transition_matrix(d_src: jax.Array, d_dst: jax.Array, theta: float, min_weight: float) -> jax.Array:
-    """``tmat [K, K]`` for one transition from the ``[N, K]`` distances at the source and destination segments."""
+    """``tmat [K, K]`` for one transition from the ``[N, K]`` distances at the source and destination
+    segments."""
     a = (1.0 - _minmax(d_src)) * (d_src < theta)
     b = (1.0 - _minmax(d_dst)) * (d_dst < theta)
     t = a.T @ b
@@ -74,8 +75,9 @@ def _top_mask(d: jax.Array, m: int, axis: int) -> jax.Array:
     return jnp.moveaxis(mask, -1, axis)
 
 
-def project(d_src: jax.Array, d_dst: jax.Array, tmat: jax.Array, top_shapelets: int,
-            top_workloads: int) -> jax.Array:
+def project(
+    d_src: jax.Array, d_dst: jax.Array, tmat: jax.Array, top_shapelets: int, top_workloads: int
+) -> jax.Array:
     """Workload adjacency ``[N, N]`` of one transition (see the module docstring)."""
     p = _top_mask(d_src, top_shapelets, axis=1)  # [N, K] workload -> its nearest shapelets
     q_src = _top_mask(d_src, top_workloads, axis=0)  # [N, K] shapelet -> its nearest workloads (at g-1)

@@ -1,8 +1,8 @@
 """EvoGWP experiments: each is one forecasting table (:func:`papers.evogwp.evaluate.run_table`) plus figures.
 
 * ``table_short``: 12 -> 12 steps (1 h -> 1 h at 5 minutes) on Bitbrains, Azure and Google, every method;
-* ``long_term``: 288 -> 72 five-minute steps (1 day -> 6 h, read at 30-minute resolution) on Bitbrains, trained
-  on July and tested on the last two weeks of August (pattern evolution);
+* ``long_term``: 288 -> 72 five-minute steps (1 day -> 6 h, read at 30-minute resolution) on Bitbrains,
+  trained on July and tested on the last two weeks of August (pattern evolution);
 * ``ablation``: EvoGWP without shapelets, without the evolution graph, without EvoLSTM, without importance;
 * ``alibaba_univariate``: the univariate Alibaba 2018 cluster series (no graph), a sanity set.
 """
@@ -37,8 +37,14 @@ def _horizon_figure(ctx: RunContext, df: pd.DataFrame) -> None:
     settings = list(dict.fromkeys(sel["setting"]))
     fig, axes = figure(ncols=len(settings), w=5.0, h=3.8)
     for ax, st in zip(axes[0], settings, strict=True):
-        lines_with_ci(ax, sel[sel["setting"] == st], "mae_masked", x="step", xlabel="horizon step",
-                      ylabel="masked MAE (%)")
+        lines_with_ci(
+            ax,
+            sel[sel["setting"] == st],
+            "mae_masked",
+            x="step",
+            xlabel="horizon step",
+            ylabel="masked MAE (%)",
+        )
         ax.set_title(st, fontsize=9)
     ctx.save_figure(fig, "mae_by_horizon")
 
@@ -65,7 +71,9 @@ def _prediction_figure(ctx: RunContext, extra: dict[str, Any]) -> None:
         ax.plot(steps, pr[:w, :, j].reshape(-1), lw=0.9, label=pol)
     ax.set_xlabel(f"hours into the test period ({p.horizon}-step forecasts, one per window)")
     ax.set_ylabel("CPU utilisation (%)")
-    ax.set_title(f"{name} {ds.series.entities[j]}: forecasts on the series whose level changes most", fontsize=9)
+    ax.set_title(
+        f"{name} {ds.series.entities[j]}: forecasts on the series whose level changes most", fontsize=9
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=3)
     ctx.save_figure(fig, "predictions")

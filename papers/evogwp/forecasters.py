@@ -31,7 +31,9 @@ def needs_context(kind: str, hp) -> bool:
 
 
 def fixed_entities(kind: str, hp) -> bool:
-    return kind in ("dcrnn", "gwnet") or (kind == "evogwp" and (hp.graph == "static" or hp.learned == "embedding"))
+    return kind in ("dcrnn", "gwnet") or (
+        kind == "evogwp" and (hp.graph == "static" or hp.learned == "embedding")
+    )
 
 
 def patch_sizes(input_len: int, num_patches: int) -> tuple[int, int]:
@@ -57,16 +59,38 @@ def builder(kind: str, hp, *, num_nodes: int, input_len: int, horizon: int, num_
         return lambda rngs: models.DLinear(input_len, horizon, hp.kernel, rngs=rngs)
     if kind == "patchtst":
         patch, stride = patch_sizes(input_len, hp.num_patches)
-        return lambda rngs: models.PatchTST(input_len, horizon, patch, stride, hp.d_model, hp.heads, hp.layers,
-                                            hp.ff, rngs=rngs)
+        return lambda rngs: models.PatchTST(
+            input_len, horizon, patch, stride, hp.d_model, hp.heads, hp.layers, hp.ff, rngs=rngs
+        )
     if kind == "dcrnn":
         return lambda rngs: models.DCRNNForecaster(horizon, hp.hidden, hp.num_layers, hp.max_step, rngs=rngs)
     if kind == "gwnet":
         dil = tuple(hp.dilations) or doubling_dilations(input_len)
-        return lambda rngs: models.GraphWaveNet(num_nodes, horizon, input_len, dil, hp.residual, hp.skip, hp.end,
-                                                hp.emb_dim, hp.max_step, rngs=rngs)
-    return lambda rngs: models.EvoGWP(horizon, num_shapelets, hp.hidden, hp.num_layers, hp.max_step,
-                                      hp.evo_hidden, hp.emb_dim, hp.graph, hp.learned, num_nodes, rngs=rngs)
+        return lambda rngs: models.GraphWaveNet(
+            num_nodes,
+            horizon,
+            input_len,
+            dil,
+            hp.residual,
+            hp.skip,
+            hp.end,
+            hp.emb_dim,
+            hp.max_step,
+            rngs=rngs,
+        )
+    return lambda rngs: models.EvoGWP(
+        horizon,
+        num_shapelets,
+        hp.hidden,
+        hp.num_layers,
+        hp.max_step,
+        hp.evo_hidden,
+        hp.emb_dim,
+        hp.graph,
+        hp.learned,
+        num_nodes,
+        rngs=rngs,
+    )
 
 
 def static_graph(train_values: np.ndarray, threshold: float) -> np.ndarray:
@@ -90,8 +114,8 @@ class EvoInputs:
     evolution: EvolutionConfig
 
     def arrays(self, values_std: np.ndarray, phase0: int = 0) -> dict[str, np.ndarray]:
-        """``sdist`` (standardised) and evolution ``adj`` of every grid segment of ``values_std [T, N]``, whose
-        step 0 has time-of-day slot ``phase0`` (a multiple of the segment length)."""
+        """``sdist`` (standardised) and evolution ``adj`` of every grid segment of ``values_std [T, N]``,
+        whose step 0 has time-of-day slot ``phase0`` (a multiple of the segment length)."""
         seg_len = self.shapelets.seg_len
         if phase0 % seg_len:
             raise ValueError(f"series must start on a segment boundary (phase {phase0}, segment {seg_len})")
@@ -103,17 +127,30 @@ class EvoInputs:
 def shapelet_config(hp: EvoGWPHP, period: int) -> ShapeletConfig:
     if period % hp.segments_per_day:
         raise ValueError(f"segments_per_day {hp.segments_per_day} must divide the daily period {period}")
-    return ShapeletConfig(num_shapelets=hp.num_shapelets, seg_len=period // hp.segments_per_day,
-                          candidates_per_shapelet=hp.candidates_per_shapelet, num_classes=hp.num_classes,
-                          max_samples=hp.shapelet_samples, steps=hp.shapelet_steps if hp.learn_importance else 0)
+    return ShapeletConfig(
+        num_shapelets=hp.num_shapelets,
+        seg_len=period // hp.segments_per_day,
+        candidates_per_shapelet=hp.candidates_per_shapelet,
+        num_classes=hp.num_classes,
+        max_samples=hp.shapelet_samples,
+        steps=hp.shapelet_steps if hp.learn_importance else 0,
+    )
 
 
-def fit_evo_inputs(values_std: np.ndarray, period: int, train_end: int, hp: EvoGWPHP, seed: int = 0) -> EvoInputs:
+def fit_evo_inputs(
+    values_std: np.ndarray, period: int, train_end: int, hp: EvoGWPHP, seed: int = 0
+) -> EvoInputs:
     """Learn shapelets on the training part and fix the distance statistics (deterministic given ``seed``)."""
     cfg = shapelet_config(hp, period)
     shp = fit_shapelets(values_std, period, train_end, cfg, seed)
     sd_train = segment_distances(shp, values_std[:train_end])
     evo = EvolutionConfig(hp.link_percentile, 0.01, hp.top_shapelets, hp.top_workloads)
     sd_std = float(sd_train.std())
-    return EvoInputs(shp, link_threshold(sd_train, hp.link_percentile), float(sd_train.mean()),
-                     sd_std if sd_std > 1e-9 else 1.0, Context(cfg.seg_len, hp.context_segments), evo)
+    return EvoInputs(
+        shp,
+        link_threshold(sd_train, hp.link_percentile),
+        float(sd_train.mean()),
+        sd_std if sd_std > 1e-9 else 1.0,
+        Context(cfg.seg_len, hp.context_segments),
+        evo,
+    )

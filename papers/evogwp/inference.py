@@ -1,18 +1,18 @@
 """Forecasting with a saved model on data it never saw.
 
-``load(path) -> Forecaster``; ``Forecaster.forecast(series, origins) -> [W, Q, N]`` forecasts the windows whose
-first target steps are ``origins`` of a prepared series; ``predict(model, history) -> [Q, N]`` forecasts the
-``horizon`` steps after the end of ``history``.
+``load(path) -> Forecaster``; ``Forecaster.forecast(series, origins) -> [W, Q, N]`` forecasts the windows
+whose first target steps are ``origins`` of a prepared series; ``predict(model, history) -> [Q, N]`` forecasts
+the ``horizon`` steps after the end of ``history``.
 
-Entities: a model with ``fixed_entities`` (DCRNN and Graph WaveNet: a graph or node embeddings over the training
-entities) reads exactly its training entities, matched by name (extra columns are ignored, a missing one is an
-error). EvoGWP (evolution graph built from the history itself), LSTM/GRU, DLinear and PatchTST forecast any set
-of entities.
+Entities: a model with ``fixed_entities`` (DCRNN and Graph WaveNet: a graph or node embeddings over the
+training entities) reads exactly its training entities, matched by name (extra columns are ignored, a missing
+one is an error). EvoGWP (evolution graph built from the history itself), LSTM/GRU, DLinear and PatchTST
+forecast any set of entities.
 
-Time of day: the checkpoint records the training series' first time stamp and step. A history whose time column
-uses the same clock gets its time-of-day phase from it; otherwise step 0 of the history is taken as phase 0.
-EvoGWP's grid of history segments must start on a segment boundary, so up to ``L - 1`` leading steps are dropped
-(``Forecaster.trim``).
+Time of day: the checkpoint records the training series' first time stamp and step. A history whose time
+column uses the same clock gets its time-of-day phase from it; otherwise step 0 of the history is taken as
+phase 0. EvoGWP's grid of history segments must start on a segment boundary, so up to ``L - 1`` leading steps
+are dropped (``Forecaster.trim``).
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ class Forecaster:
         return 0
 
     def trim(self, phase0: int) -> int:
-        """Leading steps to drop so the history starts on a segment boundary (0 for models without context)."""
+        """Leading steps to drop so the history starts on a segment boundary (0 for models without
+        context)."""
         if self.context is None:
             return 0
         return (-phase0) % self.context.seg_len
@@ -101,8 +102,10 @@ class Forecaster:
         pos = {n: i for i, n in enumerate(names)}
         missing = [e for e in self.entities if e not in pos]
         if missing:
-            raise DataError(f"model {self.name} ({self.kind}) has a fixed graph over its {len(self.entities)} "
-                            f"training entities; the data lacks {len(missing)} of them, e.g. {missing[:5]}")
+            raise DataError(
+                f"model {self.name} ({self.kind}) has a fixed graph over its {len(self.entities)} "
+                f"training entities; the data lacks {len(missing)} of them, e.g. {missing[:5]}"
+            )
         return [pos[e] for e in self.entities]
 
     def forecast(self, series: Series, origins: np.ndarray) -> np.ndarray:
@@ -112,7 +115,9 @@ class Forecaster:
         if o.size == 0:
             return np.zeros((0, self.horizon, series.num_entities), np.float32)
         if o.min() < self.min_origin():
-            raise DataError(f"origin {o.min()} leaves less history than the model needs ({self.min_origin()})")
+            raise DataError(
+                f"origin {o.min()} leaves less history than the model needs ({self.min_origin()})"
+            )
         if self.fixed_entities and series.entities != self.entities:
             raise DataError("series entities differ from the model's fixed entities (use entity_columns)")
         scaler = self.scaler
@@ -133,8 +138,15 @@ _CACHE: dict[tuple, Any] = {}
 def _predict_fn(f: Forecaster):
     """One jitted predict function per architecture, shared by every checkpoint of it."""
     k = int(f.evo.shapelets.v.shape[0]) if f.evo else 0
-    key = (f.kind, json.dumps(f.meta["hparams"], sort_keys=True), f.input_len, f.horizon, len(f.entities),
-           f.context, k)
+    key = (
+        f.kind,
+        json.dumps(f.meta["hparams"], sort_keys=True),
+        f.input_len,
+        f.horizon,
+        len(f.entities),
+        f.context,
+        k,
+    )
     if key not in _CACHE:
         _CACHE[key] = jax.jit(make_predict(f.build, f.input_len, f.horizon, f.context))
     return _CACHE[key]
@@ -146,11 +158,25 @@ def from_parts(meta: dict[str, Any], arrays: dict[str, np.ndarray], where: str =
     evo = None
     if "evo" in meta:
         e = meta["evo"]
-        shp = Shapelets.from_arrays({k.split(":", 1)[1]: v for k, v in arrays.items() if k.startswith("shapelet:")})
-        evo = EvoInputs(shp, float(e["theta"]), float(e["sd_mean"]), float(e["sd_std"]),
-                        Context(int(e["seg_len"]), int(e["segments"])), EvolutionConfig(**e["evolution"]))
-    build = builder(kind, hp, num_nodes=len(meta["entities"]), input_len=int(meta["input_len"]),
-                    horizon=int(meta["horizon"]), num_shapelets=int(evo.shapelets.v.shape[0]) if evo else 0)
+        shp = Shapelets.from_arrays(
+            {k.split(":", 1)[1]: v for k, v in arrays.items() if k.startswith("shapelet:")}
+        )
+        evo = EvoInputs(
+            shp,
+            float(e["theta"]),
+            float(e["sd_mean"]),
+            float(e["sd_std"]),
+            Context(int(e["seg_len"]), int(e["segments"])),
+            EvolutionConfig(**e["evolution"]),
+        )
+    build = builder(
+        kind,
+        hp,
+        num_nodes=len(meta["entities"]),
+        input_len=int(meta["input_len"]),
+        horizon=int(meta["horizon"]),
+        num_shapelets=int(evo.shapelets.v.shape[0]) if evo else 0,
+    )
     params = checkpoint.restore_params(build, arrays, where)
     static = arrays.get("static_adj")
     if fixed_entities(kind, hp) != bool(meta["fixed_entities"]):
@@ -184,8 +210,14 @@ def _history_series(f: Forecaster, history) -> Series:
         time = None
     agg = int(f.meta["aggregate"])
     cols = f.entity_columns(tuple(names))
-    s = prepare(name="history", values=np.asarray(values)[:, cols], entities=[names[i] for i in cols],
-                time=time, aggregate=agg, period_5min=int(f.meta["period"]) * agg)
+    s = prepare(
+        name="history",
+        values=np.asarray(values)[:, cols],
+        entities=[names[i] for i in cols],
+        time=time,
+        aggregate=agg,
+        period_5min=int(f.meta["period"]) * agg,
+    )
     phase = f.phase0(s.time) if time is not None else 0
     cut = f.trim(phase)
     return _drop_head(s, cut, (phase + cut) % s.period)
@@ -199,14 +231,17 @@ def _drop_head(s: Series, k: int, phase0: int) -> Series:
     if k == 0:
         return replace(s, phase0=phase0)
     filled, obs, n = fill_gaps(s.raw[k:], s.entities)
-    return replace(s, time=s.time[k:], raw=s.raw[k:], filled=filled, observed=obs, num_filled=n, phase0=phase0)
+    return replace(
+        s, time=s.time[k:], raw=s.raw[k:], filled=filled, observed=obs, num_filled=n, phase0=phase0
+    )
 
 
 def predict(model, history) -> np.ndarray:
     """Forecast ``[horizon, N]`` (data units) for the steps right after ``history``.
 
     ``model``: a :class:`Forecaster` or a checkpoint path. ``history``: a DataFrame (first column time, one
-    column per entity), a :class:`~common.traces.WorkloadMatrix` or a ``[T, N]`` array, in the model's units (%).
+    column per entity), a :class:`~common.traces.WorkloadMatrix` or a ``[T, N]`` array, in the model's units
+    (%).
     """
     f = model if isinstance(model, Forecaster) else load(model)
     s = _history_series(f, history)

@@ -2,13 +2,15 @@
 
 For predictions and targets ``[W, Q, N]`` (windows, horizon steps, entities), in the data's units (%):
 
-* **unmasked** ``mae``, ``rmse``: over every target cell that was observed (gaps in the trace are never scored);
-* **masked** ``mae_masked``, ``rmse_masked``, ``mape_masked``: additionally drop cells whose target is exactly 0,
-  as the EvoGWP/DCRNN code does (``masked_mae(..., null_val=0)``); MAPE is reported masked only, in percent.
+* **unmasked** ``mae``, ``rmse``: over every target cell that was observed (gaps in the trace are never
+  scored);
+* **masked** ``mae_masked``, ``rmse_masked``, ``mape_masked``: additionally drop cells whose target is exactly
+  0, as the EvoGWP/DCRNN code does (``masked_mae(..., null_val=0)``); MAPE is reported masked only, in
+  percent.
 
-Per horizon step h (1-based) the metric pools all windows and entities at that step; the *averaged* value pools
-every cell of every step (for MAE this equals the mean of the per-step values when all steps have the same
-number of scored cells). RMSE is the square root of the pooled mean squared error.
+Per horizon step h (1-based) the metric pools all windows and entities at that step; the *averaged* value
+pools every cell of every step (for MAE this equals the mean of the per-step values when all steps have the
+same number of scored cells). RMSE is the square root of the pooled mean squared error.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ def _pooled(err: np.ndarray, mask: np.ndarray, axis) -> np.ndarray:
         return np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan)
 
 
-def forecast_metrics(pred: np.ndarray, target: np.ndarray, observed: np.ndarray | None = None
-                     ) -> dict[str, tuple[float, np.ndarray]]:
+def forecast_metrics(
+    pred: np.ndarray, target: np.ndarray, observed: np.ndarray | None = None
+) -> dict[str, tuple[float, np.ndarray]]:
     """``{metric: (averaged, per_horizon[Q])}`` for the five metrics (NaN where nothing is scored)."""
     p = np.asarray(pred, dtype=np.float64)
     y = np.asarray(target, dtype=np.float64)
@@ -43,8 +46,13 @@ def forecast_metrics(pred: np.ndarray, target: np.ndarray, observed: np.ndarray 
     with np.errstate(invalid="ignore", divide="ignore"):
         ape = np.where(nz, ae / np.where(nz, np.abs(y0), 1.0), 0.0) * 100.0
     out: dict[str, tuple[float, np.ndarray]] = {}
-    for name, err, m, root in (("mae", ae, obs, False), ("rmse", se, obs, True), ("mae_masked", ae, nz, False),
-                               ("rmse_masked", se, nz, True), ("mape_masked", ape, nz, False)):
+    for name, err, m, root in (
+        ("mae", ae, obs, False),
+        ("rmse", se, obs, True),
+        ("mae_masked", ae, nz, False),
+        ("rmse_masked", se, nz, True),
+        ("mape_masked", ape, nz, False),
+    ):
         per_h = _pooled(err, m, (0, 2))
         avg = float(_pooled(err.reshape(-1), m.reshape(-1), 0))
         if root:

@@ -11,7 +11,8 @@
 Recurrent and graph models (EvoGWP, DCRNN, Graph WaveNet, LSTM/GRU) share one input/output convention (our
 design, applied to all of them alike): input features per step are ``[x, x - x_last, sin, cos(2 pi tod)]`` and
 the output is a change added to the last observed value ``x_last``, and the output layer starts at zero, so an
-untrained model forecasts the last value. DLinear and PatchTST keep their own papers' conventions (raw input; RevIN).
+untrained model forecasts the last value. DLinear and PatchTST keep their own papers' conventions (raw input;
+RevIN).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from common.graph.dcrnn import DCRNN
 from common.graph.dense import adaptive_adjacency, diffusion_terms, dual_random_walk, random_walk
 
 IN_DIM = 4  # [x, x - x_last, sin tod, cos tod]
-ZERO = nnx.initializers.zeros  # output layers of the residual models: an untrained model forecasts the last value
+ZERO = (
+    nnx.initializers.zeros
+)  # output layers of the residual models: an untrained model forecasts the last value
 AUX_DIM = 2  # decoder: [sin tod, cos tod] of the step being predicted
 
 
@@ -97,7 +100,9 @@ class Seq2SeqRNN(nnx.Module):
         self.state_parts = 2 if cell == "lstm" else 1
         self.hidden, self.horizon = hidden, horizon
         self.enc = nnx.List([cls(IN_DIM if i == 0 else hidden, hidden, rngs=rngs) for i in range(num_layers)])
-        self.dec = nnx.List([cls(1 + AUX_DIM if i == 0 else hidden, hidden, rngs=rngs) for i in range(num_layers)])
+        self.dec = nnx.List(
+            [cls(1 + AUX_DIM if i == 0 else hidden, hidden, rngs=rngs) for i in range(num_layers)]
+        )
         self.proj = nnx.Linear(hidden, 1, kernel_init=ZERO, rngs=rngs)
 
     def __call__(self, batch: dict, *, teacher_prob=0.0, key=None) -> jax.Array:
@@ -160,7 +165,7 @@ class DLinear(nnx.Module):
         pad = (self.kernel - 1) // 2
         xp = jnp.concatenate([jnp.repeat(x[..., :1], pad, -1), x, jnp.repeat(x[..., -1:], pad, -1)], -1)
         c = jnp.cumsum(jnp.pad(xp, ((0, 0), (0, 0), (1, 0))), -1)
-        trend = (c[..., self.kernel:] - c[..., : -self.kernel]) / self.kernel
+        trend = (c[..., self.kernel :] - c[..., : -self.kernel]) / self.kernel
         y = self.seasonal(x - trend) + self.trend(trend)
         return jnp.swapaxes(y, 1, 2)
 
@@ -191,10 +196,23 @@ class PatchTST(nnx.Module):
     """PatchTST (Nie et al., ICLR 2023), channel-independent: RevIN, patches (end-padded by repeating the last
     value ``stride`` times), a Transformer encoder with learned positions, and a flatten-linear head."""
 
-    def __init__(self, input_len: int, horizon: int, patch_len: int, stride: int, d_model: int = 32,
-                 heads: int = 4, layers: int = 2, ff: int = 64, *, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        input_len: int,
+        horizon: int,
+        patch_len: int,
+        stride: int,
+        d_model: int = 32,
+        heads: int = 4,
+        layers: int = 2,
+        ff: int = 64,
+        *,
+        rngs: nnx.Rngs,
+    ):
         if patch_len > input_len or stride < 1 or d_model % heads:
-            raise ValueError(f"bad PatchTST sizes: P={input_len} patch={patch_len} stride={stride} d={d_model}")
+            raise ValueError(
+                f"bad PatchTST sizes: P={input_len} patch={patch_len} stride={stride} d={d_model}"
+            )
         self.patch_len, self.stride = patch_len, stride
         self.num_patches = (input_len - patch_len) // stride + 2
         self.embed = nnx.Linear(patch_len, d_model, rngs=rngs)
@@ -226,10 +244,21 @@ class PatchTST(nnx.Module):
 class DCRNNForecaster(nnx.Module):
     """DCRNN (Li et al., ICLR 2018) on a fixed graph: dual random walk of ``batch['static_adj']``."""
 
-    def __init__(self, horizon: int, hidden: int = 32, num_layers: int = 1, max_step: int = 2, *,
-                 rngs: nnx.Rngs):
-        self.net = DCRNN(IN_DIM, 1, hidden, num_layers, 2, max_step, horizon, dec_aux_dim=AUX_DIM, zero_output=True,
-                         rngs=rngs)
+    def __init__(
+        self, horizon: int, hidden: int = 32, num_layers: int = 1, max_step: int = 2, *, rngs: nnx.Rngs
+    ):
+        self.net = DCRNN(
+            IN_DIM,
+            1,
+            hidden,
+            num_layers,
+            2,
+            max_step,
+            horizon,
+            dec_aux_dim=AUX_DIM,
+            zero_output=True,
+            rngs=rngs,
+        )
 
     def __call__(self, batch: dict, *, teacher_prob=0.0, key=None) -> jax.Array:
         f, aux, last = features(batch)
@@ -244,22 +273,34 @@ class DCRNNForecaster(nnx.Module):
 class GraphWaveNet(nnx.Module):
     """Graph WaveNet (Wu et al., IJCAI 2019): dilated causal gated TCN layers ("valid" convolutions after left
     zero-padding the input to the receptive field), each followed by a diffusion graph convolution on the
-    forward/backward supports of a given graph plus the self-adaptive adjacency ``softmax(ReLU(E1 E2^T))``, with
-    residual and skip connections and an output head on the skip sum at the last step. BatchNorm and dropout of
-    the reference are left out (stateless; our short runs underfit rather than overfit).
+    forward/backward supports of a given graph plus the self-adaptive adjacency ``softmax(ReLU(E1 E2^T))``,
+    with residual and skip connections and an output head on the skip sum at the last step. BatchNorm and
+    dropout of the reference are left out (stateless; our short runs underfit rather than overfit).
     """
 
-    def __init__(self, num_nodes: int, horizon: int, input_len: int, dilations: tuple[int, ...] = (1, 2, 4, 8),
-                 residual: int = 32, skip: int = 64, end: int = 128, emb_dim: int = 10, max_step: int = 2,
-                 *, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        num_nodes: int,
+        horizon: int,
+        input_len: int,
+        dilations: tuple[int, ...] = (1, 2, 4, 8),
+        residual: int = 32,
+        skip: int = 64,
+        end: int = 128,
+        emb_dim: int = 10,
+        max_step: int = 2,
+        *,
+        rngs: nnx.Rngs,
+    ):
         self.dilations = tuple(int(d) for d in dilations)
         self.receptive = 1 + sum(self.dilations)
         self.max_step = max_step
         self.start = nnx.Linear(IN_DIM, residual, rngs=rngs)
         self.fg = nnx.List([nnx.Linear(2 * residual, 2 * residual, rngs=rngs) for _ in self.dilations])
         self.skip = nnx.List([nnx.Linear(residual, skip, rngs=rngs) for _ in self.dilations])
-        self.gconv = nnx.List([nnx.Linear((1 + 3 * max_step) * residual, residual, rngs=rngs)
-                               for _ in self.dilations])
+        self.gconv = nnx.List(
+            [nnx.Linear((1 + 3 * max_step) * residual, residual, rngs=rngs) for _ in self.dilations]
+        )
         self.e1 = nnx.Param(jax.random.normal(rngs.params(), (num_nodes, emb_dim)))
         self.e2 = nnx.Param(jax.random.normal(rngs.params(), (num_nodes, emb_dim)))
         self.end1 = nnx.Linear(skip, end, rngs=rngs)
@@ -271,8 +312,9 @@ class GraphWaveNet(nnx.Module):
         if p < self.receptive:
             f = jnp.pad(f, ((0, 0), (self.receptive - p, 0), (0, 0), (0, 0)))
         h = self.start(jnp.transpose(f, (0, 2, 1, 3)))  # [B, N, T, R]
-        sup = jnp.concatenate([dual_random_walk(batch["static_adj"]),
-                               adaptive_adjacency(self.e1[...], self.e2[...])[None]])
+        sup = jnp.concatenate(
+            [dual_random_walk(batch["static_adj"]), adaptive_adjacency(self.e1[...], self.e2[...])[None]]
+        )
         skip = 0.0
         for i, d in enumerate(self.dilations):
             res = h
@@ -289,15 +331,17 @@ class GraphWaveNet(nnx.Module):
 
 
 class EvoLSTM(nnx.Module):
-    """EvoNet-style (Hu et al., WSDM 2021) graph LSTM over the history segments: at segment c each workload reads
-    its shapelet-distance state, the states of its evolution-graph neighbours and their hidden states."""
+    """EvoNet-style (Hu et al., WSDM 2021) graph LSTM over the history segments: at segment c each workload
+    reads its shapelet-distance state, the states of its evolution-graph neighbours and their hidden
+    states."""
 
     def __init__(self, num_shapelets: int, hidden: int, *, rngs: nnx.Rngs):
         self.hidden = hidden
         self.lin = nnx.Linear(2 * num_shapelets + 2 * hidden, 4 * hidden, rngs=rngs)
 
     def __call__(self, sdist: jax.Array, adj: jax.Array) -> jax.Array:
-        """``sdist [B, C, N, K]``, ``adj [B, C, N, N]`` -> node embeddings ``[B, N, H]`` after the last segment."""
+        """``sdist [B, C, N, K]``, ``adj [B, C, N, N]`` -> node embeddings ``[B, N, H]`` after the last
+        segment."""
         b, _, n, _ = sdist.shape
         h0 = jnp.zeros((2, b, n, self.hidden), sdist.dtype)
 
@@ -317,18 +361,30 @@ class EvoLSTM(nnx.Module):
 
 class EvoGWP(nnx.Module):
     """EvoGWP's forecaster: an EvoLSTM over the evolution graph of the history segments gives node embeddings;
-    an FC-LayerNorm-FC head turns them into two embedding channels whose ``softmax(ReLU(E1 E2^T))`` is a learned,
-    window-specific adjacency; a DCGRU encoder-decoder diffuses over the dual random walk of the latest evolution
-    adjacency plus that learned adjacency, with scheduled sampling.
+    an FC-LayerNorm-FC head turns them into two embedding channels whose ``softmax(ReLU(E1 E2^T))`` is a
+    learned, window-specific adjacency; a DCGRU encoder-decoder diffuses over the dual random walk of the
+    latest evolution adjacency plus that learned adjacency, with scheduled sampling.
 
-    Ablation switches: ``graph`` = ``evolution`` | ``static`` (correlation graph instead of the evolution graph,
-    also inside the EvoLSTM) | ``none``; ``learned`` = ``evolstm`` | ``embedding`` (free node embeddings as in
-    Graph WaveNet; needs ``num_nodes``) | ``none``.
+    Ablation switches: ``graph`` = ``evolution`` | ``static`` (correlation graph instead of the evolution
+    graph, also inside the EvoLSTM) | ``none``; ``learned`` = ``evolstm`` | ``embedding`` (free node
+    embeddings as in Graph WaveNet; needs ``num_nodes``) | ``none``.
     """
 
-    def __init__(self, horizon: int, num_shapelets: int, hidden: int = 32, num_layers: int = 1, max_step: int = 2,
-                 evo_hidden: int = 32, emb_dim: int = 8, graph: str = "evolution", learned: str = "evolstm",
-                 num_nodes: int = 0, *, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        horizon: int,
+        num_shapelets: int,
+        hidden: int = 32,
+        num_layers: int = 1,
+        max_step: int = 2,
+        evo_hidden: int = 32,
+        emb_dim: int = 8,
+        graph: str = "evolution",
+        learned: str = "evolstm",
+        num_nodes: int = 0,
+        *,
+        rngs: nnx.Rngs,
+    ):
         if graph not in ("evolution", "static", "none") or learned not in ("evolstm", "embedding", "none"):
             raise ValueError(f"bad EvoGWP switches graph={graph!r} learned={learned!r}")
         if graph == "none" and learned == "none":
@@ -345,8 +401,18 @@ class EvoGWP(nnx.Module):
         elif learned == "embedding":
             self.e1 = nnx.Param(jax.random.normal(rngs.params(), (num_nodes, emb_dim)))
             self.e2 = nnx.Param(jax.random.normal(rngs.params(), (num_nodes, emb_dim)))
-        self.net = DCRNN(IN_DIM, 1, hidden, num_layers, nsup, max_step, horizon, dec_aux_dim=AUX_DIM, zero_output=True,
-                         rngs=rngs)
+        self.net = DCRNN(
+            IN_DIM,
+            1,
+            hidden,
+            num_layers,
+            nsup,
+            max_step,
+            horizon,
+            dec_aux_dim=AUX_DIM,
+            zero_output=True,
+            rngs=rngs,
+        )
 
     def supports(self, batch: dict) -> jax.Array:
         """The ``[B, S, N, N]`` support stack of each window."""
@@ -357,8 +423,11 @@ class EvoGWP(nnx.Module):
         elif self.graph == "static":
             sup.append(jnp.broadcast_to(dual_random_walk(batch["static_adj"]), (b, 2, n, n)))
         if self.learned == "evolstm":
-            adj = batch["ctx_adj"] if self.graph != "static" else jnp.broadcast_to(
-                batch["static_adj"], (b, batch["ctx_sdist"].shape[1], n, n))
+            adj = (
+                batch["ctx_adj"]
+                if self.graph != "static"
+                else jnp.broadcast_to(batch["static_adj"], (b, batch["ctx_sdist"].shape[1], n, n))
+            )
             h = self.evolstm(batch["ctx_sdist"], adj)
             e = self.h2(jax.nn.relu(self.norm(self.h1(h))))
             e1, e2 = jnp.split(e, 2, -1)
@@ -370,5 +439,7 @@ class EvoGWP(nnx.Module):
 
     def __call__(self, batch: dict, *, teacher_prob=0.0, key=None) -> jax.Array:
         f, aux, last = features(batch)
-        delta = self.net(f, self.supports(batch), aux=aux, teacher_prob=teacher_prob, **_teacher(batch, last, key))
+        delta = self.net(
+            f, self.supports(batch), aux=aux, teacher_prob=teacher_prob, **_teacher(batch, last, key)
+        )
         return last[:, None] + delta[..., 0]

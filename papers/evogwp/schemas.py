@@ -11,7 +11,8 @@ from omegaconf import MISSING
 
 from common.repro.schema import BasePolicy, register_schema
 
-# ------------------------------------------------------------------------------------------- model hyper-parameters
+# ------------------------------------------------------------------------------------------- model
+# hyper-parameters
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,16 @@ class EvoGWPHP:
 
 
 HPARAMS: dict[str, type] = {
-    "last_value": NoHP, "seasonal_naive": SeasonalHP, "arima": StatsHP, "ets": StatsHP, "lstm": RNNHP,
-    "gru": RNNHP, "dlinear": DLinearHP, "patchtst": PatchTSTHP, "dcrnn": DCRNNHP, "gwnet": GWNetHP,
+    "last_value": NoHP,
+    "seasonal_naive": SeasonalHP,
+    "arima": StatsHP,
+    "ets": StatsHP,
+    "lstm": RNNHP,
+    "gru": RNNHP,
+    "dlinear": DLinearHP,
+    "patchtst": PatchTSTHP,
+    "dcrnn": DCRNNHP,
+    "gwnet": GWNetHP,
     "evogwp": EvoGWPHP,
 }
 NEURAL = ("lstm", "gru", "dlinear", "patchtst", "dcrnn", "gwnet", "evogwp")
@@ -155,7 +164,8 @@ class ForecasterPolicy(BasePolicy):
 
 register_schema("policy", "forecaster", ForecasterPolicy)
 
-# ------------------------------------------------------------------------------------------- experiment params
+# ------------------------------------------------------------------------------------------- experiment
+# params
 
 
 @dataclass
@@ -176,7 +186,9 @@ class TrainParams:
         if self.steps < 1 or self.batch_size < 1 or self.eval_every < 1 or self.val_windows < 1:
             raise ValueError("train: steps, batch_size, eval_every and val_windows must be >= 1")
         if self.steps % self.eval_every:
-            raise ValueError(f"train.steps ({self.steps}) must be a multiple of eval_every ({self.eval_every})")
+            raise ValueError(
+                f"train.steps ({self.steps}) must be a multiple of eval_every ({self.eval_every})"
+            )
         if self.lr <= 0 or self.clip_norm <= 0 or self.cl_decay_steps <= 0:
             raise ValueError("train: lr, clip_norm and cl_decay_steps must be > 0")
 
@@ -187,8 +199,8 @@ class ForecastParams:
 
     ``datasets`` are keys of the trace's ``files`` (or ``alibaba2018`` for the univariate package trace).
     ``aggregate`` averages that many 5-minute steps (``input_len``/``horizon`` count aggregated steps).
-    ``split``: ``chrono`` (train_frac / val_frac / rest) or ``tail`` (train on the first ``train_days``, test on
-    the last ``test_days``, validate in between).
+    ``split``: ``chrono`` (train_frac / val_frac / rest) or ``tail`` (train on the first ``train_days``, test
+    on the last ``test_days``, validate in between).
     """
 
     datasets: list[str] = field(default_factory=lambda: ["bitbrains", "azure", "google"])

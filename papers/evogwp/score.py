@@ -6,18 +6,18 @@
 The CSV format is the shipped one: first column time (integer, strictly increasing, evenly spaced), one column
 per entity, values in %. The history is OLD followed by NEW; every window whose first target lies in NEW is
 scored, so the first windows read the end of OLD. The model, last value and seasonal naive (same time one day
-before) are scored on the same windows: those for which every one of them has the history it needs (the rest are
-counted as ``windows_skipped``).
+before) are scored on the same windows: those for which every one of them has the history it needs (the rest
+are counted as ``windows_skipped``).
 
 Entities are matched by name. A model with a fixed graph or node embeddings (DCRNN, Graph WaveNet, the EvoGWP
-ablations with a static graph or free embeddings) reads exactly its training entities (extra columns are ignored
-and listed; a missing one is an error). EvoGWP, LSTM/GRU, DLinear and PatchTST score every entity of NEW, seen or
-not.
+ablations with a static graph or free embeddings) reads exactly its training entities (extra columns are
+ignored and listed; a missing one is an error). EvoGWP, LSTM/GRU, DLinear and PatchTST score every entity of
+NEW, seen or not.
 
-Bad input: gaps (empty cells) are forward-filled as inputs and never scored as targets (both counted); constant
-series are scored and listed; an unreadable file, non-increasing or uneven time stamps, NEW starting before OLD
-ends, too few steps for one window, or window sizes other than the checkpoint's are errors (exit status 2, one
-line on stderr).
+Bad input: gaps (empty cells) are forward-filled as inputs and never scored as targets (both counted);
+constant series are scored and listed; an unreadable file, non-increasing or uneven time stamps, NEW starting
+before OLD ends, too few steps for one window, or window sizes other than the checkpoint's are errors (exit
+status 2, one line on stderr).
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ from papers.evogwp.inference import Forecaster, _history_series, load
 from papers.evogwp.metrics import METRICS, forecast_metrics, scored_cells
 
 
-def _concat(old: WorkloadMatrix | None, new: WorkloadMatrix, columns: list[str]) -> tuple[np.ndarray, np.ndarray,
-                                                                                          int, int]:
+def _concat(
+    old: WorkloadMatrix | None, new: WorkloadMatrix, columns: list[str]
+) -> tuple[np.ndarray, np.ndarray, int, int]:
     """``(time, values [T, len(columns)], new_start, old_missing_cells)`` of OLD followed by NEW."""
     pos_new = {e: i for i, e in enumerate(new.entities)}
     vals = [new.values[:, [pos_new[c] for c in columns]]]
@@ -48,11 +49,15 @@ def _concat(old: WorkloadMatrix | None, new: WorkloadMatrix, columns: list[str])
     missing = 0
     if old is not None:
         if old.time[-1] >= new.time[0]:
-            raise DataError(f"NEW starts at time {new.time[0]}, not after the end of the history ({old.time[-1]})")
+            raise DataError(
+                f"NEW starts at time {new.time[0]}, not after the end of the history ({old.time[-1]})"
+            )
         step = check_time(new.time, "NEW") if new.time.size >= 2 else check_time(old.time, "history")
         if new.time[0] - old.time[-1] != step:
-            raise DataError(f"gap between history end ({old.time[-1]}) and NEW start ({new.time[0]}) is not one "
-                            f"time step ({step}); add the missing rows with empty cells")
+            raise DataError(
+                f"gap between history end ({old.time[-1]}) and NEW start ({new.time[0]}) is not one "
+                f"time step ({step}); add the missing rows with empty cells"
+            )
         pos_old = {e: i for i, e in enumerate(old.entities)}
         ov = np.full((old.values.shape[0], len(columns)), np.nan, np.float32)
         for j, c in enumerate(columns):
@@ -91,21 +96,34 @@ def score(f: Forecaster, new: WorkloadMatrix, old: WorkloadMatrix | None = None)
     need = max(f.min_origin(), season, p)
     t_end = series.num_steps - q
     if t_end < max(first, 0):
-        raise DataError(f"NEW has too few steps: {new.values.shape[0]} rows give no complete {q}-step target window")
+        raise DataError(
+            f"NEW has too few steps: {new.values.shape[0]} rows give no complete {q}-step target window"
+        )
     all_o = np.arange(max(first, 0), t_end + 1)
     o = all_o[all_o >= need]
     report: dict = {
-        "checkpoint_policy": f.name, "kind": f.kind, "fixed_entities": f.fixed_entities,
-        "trained_on": f.meta.get("dataset"), "input": p, "horizon": q, "aggregate_steps": agg,
-        "entities_scored": len(names), "entities_unseen": sum(e not in set(f.entities) for e in names),
-        "entities_ignored": ignored, "windows": int(o.size), "windows_skipped": int(all_o.size - o.size),
-        "history_steps_needed": int(need), "filled_input_cells": int(series.num_filled),
+        "checkpoint_policy": f.name,
+        "kind": f.kind,
+        "fixed_entities": f.fixed_entities,
+        "trained_on": f.meta.get("dataset"),
+        "input": p,
+        "horizon": q,
+        "aggregate_steps": agg,
+        "entities_scored": len(names),
+        "entities_unseen": sum(e not in set(f.entities) for e in names),
+        "entities_ignored": ignored,
+        "windows": int(o.size),
+        "windows_skipped": int(all_o.size - o.size),
+        "history_steps_needed": int(need),
+        "filled_input_cells": int(series.num_filled),
         "history_cells_missing_entity": int(old_missing),
         "constant_entities": list(series.constant_entities),
     }
     if o.size == 0:
-        raise DataError(f"no window has the {need} steps of history the model and seasonal naive need; pass "
-                        "--history with earlier data")
+        raise DataError(
+            f"no window has the {need} steps of history the model and seasonal naive need; pass "
+            "--history with earlier data"
+        )
     idx = o[:, None] + np.arange(q)[None, :]
     target = np.where(series.observed[idx], series.raw[idx], np.nan)
     report.update({f"target_{k}": v for k, v in scored_cells(target).items()})
@@ -132,9 +150,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         f = load(args.checkpoint)
-        for flag, want, have in (("--input", args.input, f.input_len), ("--horizon", args.horizon, f.horizon)):
+        for flag, want, have in (
+            ("--input", args.input, f.input_len),
+            ("--horizon", args.horizon, f.horizon),
+        ):
             if want is not None and want != have:
-                raise DataError(f"{flag} {want}: checkpoint {f.name} was trained for {f.input_len} -> {f.horizon}")
+                raise DataError(
+                    f"{flag} {want}: checkpoint {f.name} was trained for {f.input_len} -> {f.horizon}"
+                )
         new = load_workload_matrix(args.csv)
         old = load_workload_matrix(args.history) if args.history else None
         check_time(new.time, args.csv) if new.time.size >= 2 else None

@@ -8,17 +8,18 @@ A *sample* is one entity-day of the standardised series, cut into ``S = period /
 
 Distance of a sample ``x`` to a shapelet: ``D(v, x) = softmin_s |u_s| d_w(v, x_s)`` with
 ``d_w(v, x_s) = sqrt(mean_l (w_l (v_l - x_{s,l}))^2)`` and ``softmin_s a_s = -tau log sum_s exp(-a_s / tau)``.
-This replaces the authors' greedy w-weighted DTW (warp 2) by a weighted Euclidean distance: it is exact, needs no
-alignment search, and vectorises to three matrix products, so candidates are scored with jit/vmap.
+This replaces the authors' greedy w-weighted DTW (warp 2) by a weighted Euclidean distance: it is exact, needs
+no alignment search, and vectorises to three matrix products, so candidates are scored with jit/vmap.
 
 Candidates: for each segment position, ``C / S`` segments chosen by greedy farthest-point selection among the
-training segments at that position (``C = 10 K``). Each candidate's ``(w, u)`` is learned with Adam to maximise
-the KL divergence between the class-conditional Gaussian fits of its standardised distances (one class against
-the rest, averaged over classes), with penalties ``0.1 ||w|| / L + 0.05 ||u|| / S``; the ``K`` best are kept.
+training segments at that position (``C = 10 K``). Each candidate's ``(w, u)`` is learned with Adam to
+maximise the KL divergence between the class-conditional Gaussian fits of its standardised distances (one
+class against the rest, averaged over classes), with penalties ``0.1 ||w|| / L + 0.05 ||u|| / S``; the ``K``
+best are kept.
 
-The class labels are **pseudo-labels** (our design; the authors' CSV carries a label we do not have): k-means on
-the entities' mean daily profiles over the training days (each profile z-normalised, so the clusters are daily
-*shapes*), and every sample inherits its entity's cluster.
+The class labels are **pseudo-labels** (our design; the authors' CSV carries a label we do not have): k-means
+on the entities' mean daily profiles over the training days (each profile z-normalised, so the clusters are
+daily *shapes*), and every sample inherits its entity's cluster.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ class ShapeletConfig:
 
 @dataclass(frozen=True)
 class Shapelets:
-    """``v, w: [K, L]``, ``u: [K, S]``, ``score: [K]`` (KL of the kept candidates), ``labels: [N]`` pseudo-labels."""
+    """``v, w: [K, L]``, ``u: [K, S]``, ``score: [K]`` (KL of the kept candidates), ``labels: [N]``
+    pseudo-labels."""
 
     v: np.ndarray
     w: np.ndarray
@@ -74,16 +76,28 @@ class Shapelets:
         return int(self.u.shape[1])
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {"v": self.v, "w": self.w, "u": self.u, "score": self.score, "labels": self.labels,
-                "period": np.asarray(self.period)}
+        return {
+            "v": self.v,
+            "w": self.w,
+            "u": self.u,
+            "score": self.score,
+            "labels": self.labels,
+            "period": np.asarray(self.period),
+        }
 
     @staticmethod
     def from_arrays(a: dict[str, np.ndarray]) -> Shapelets:
-        return Shapelets(np.asarray(a["v"]), np.asarray(a["w"]), np.asarray(a["u"]), np.asarray(a["score"]),
-                         np.asarray(a["labels"]), int(a["period"]))
+        return Shapelets(
+            np.asarray(a["v"]),
+            np.asarray(a["w"]),
+            np.asarray(a["u"]),
+            np.asarray(a["score"]),
+            np.asarray(a["labels"]),
+            int(a["period"]),
+        )
 
 
-# ------------------------------------------------------------------------------------------------ pseudo-labels
+# --------------------------------------------------------------------------------------------- pseudo-labels
 
 
 def kmeans(x: np.ndarray, k: int, seed: int = 0, iters: int = 50) -> np.ndarray:
@@ -148,7 +162,8 @@ def sample_distance(v, w, u, segs, tau: float) -> jax.Array:
 
 
 def kl_score(dist: jax.Array, onehot: jax.Array) -> jax.Array:
-    """Mean over classes of KL(N(class) || N(rest)) of the standardised distances ``[M]``; ``onehot: [M, k]``."""
+    """Mean over classes of KL(N(class) || N(rest)) of the standardised distances ``[M]``; ``onehot: [M,
+    k]``."""
     z = (dist - dist.mean()) / (dist.std() + 1e-6)
     n_c = onehot.sum(0)
     n_o = onehot.shape[0] - n_c
@@ -165,7 +180,8 @@ def kl_score(dist: jax.Array, onehot: jax.Array) -> jax.Array:
 
 
 def farthest_points(pool: np.ndarray, m: int) -> np.ndarray:
-    """Greedy farthest-point selection of ``m`` rows of ``pool`` ``[P, L]``, starting at the row nearest the mean."""
+    """Greedy farthest-point selection of ``m`` rows of ``pool`` ``[P, L]``, starting at the row nearest the
+    mean."""
     pool = np.asarray(pool, dtype=np.float64)
     m = min(m, pool.shape[0])
     first = int(((pool - pool.mean(0)) ** 2).sum(1).argmin())
@@ -190,9 +206,11 @@ def day_segments(values: np.ndarray, period: int, seg_len: int, end: int) -> tup
     return x, ent
 
 
-def fit_shapelets(values_std: np.ndarray, period: int, train_end: int, cfg: ShapeletConfig,
-                  seed: int = 0) -> Shapelets:
-    """Learn ``cfg.num_shapelets`` shapelets from the training part of a standardised, gap-filled ``[T, N]``."""
+def fit_shapelets(
+    values_std: np.ndarray, period: int, train_end: int, cfg: ShapeletConfig, seed: int = 0
+) -> Shapelets:
+    """Learn ``cfg.num_shapelets`` shapelets from the training part of a standardised, gap-filled
+    ``[T, N]``."""
     labels = pseudo_labels(values_std, period, train_end, cfg.num_classes, seed)
     segs, ent = day_segments(values_std, period, cfg.seg_len, train_end)
     rng = np.random.default_rng(seed)
@@ -208,12 +226,19 @@ def fit_shapelets(values_std: np.ndarray, period: int, train_end: int, cfg: Shap
     onehot = jax.nn.one_hot(jnp.asarray(labels[ent]), k)
     w, u, score = _learn(cands, jnp.asarray(segs), onehot, cfg)
     keep = np.argsort(-np.asarray(score), kind="stable")[: cfg.num_shapelets]
-    return Shapelets(np.asarray(cands)[keep], np.asarray(w)[keep], np.asarray(u)[keep], np.asarray(score)[keep],
-                     labels.astype(np.int32), period)
+    return Shapelets(
+        np.asarray(cands)[keep],
+        np.asarray(w)[keep],
+        np.asarray(u)[keep],
+        np.asarray(score)[keep],
+        labels.astype(np.int32),
+        period,
+    )
 
 
 def _learn(cands: jax.Array, segs: jax.Array, onehot: jax.Array, cfg: ShapeletConfig):
-    """Adam on every candidate's ``(w, u)`` at once (their losses are independent, so summing them is exact)."""
+    """Adam on every candidate's ``(w, u)`` at once (their losses are independent, so summing them is
+    exact)."""
     c, seg_len = cands.shape
     s_pos = segs.shape[1]
 
@@ -223,8 +248,10 @@ def _learn(cands: jax.Array, segs: jax.Array, onehot: jax.Array, cfg: ShapeletCo
 
     def loss(p):
         w, u = p
-        pen = (cfg.penalty_w * jnp.linalg.norm(w, axis=1) / seg_len + cfg.penalty_u * jnp.linalg.norm(u, axis=1)
-               / s_pos)
+        pen = (
+            cfg.penalty_w * jnp.linalg.norm(w, axis=1) / seg_len
+            + cfg.penalty_u * jnp.linalg.norm(u, axis=1) / s_pos
+        )
         return (-scores(w, u) + pen).sum()
 
     @jax.jit
@@ -244,7 +271,8 @@ def _learn(cands: jax.Array, segs: jax.Array, onehot: jax.Array, cfg: ShapeletCo
 
 
 def segment_distances(shp: Shapelets, values_std: np.ndarray, first_slot: int = 0) -> np.ndarray:
-    """``sdist[g, n, k] = |u_k[slot(g)]| d_{w_k}(v_k, x_{n, g})`` for the grid segments ``g`` of ``[T, N]`` values.
+    """``sdist[g, n, k] = |u_k[slot(g)]| d_{w_k}(v_k, x_{n, g})`` for the grid segments ``g`` of ``[T, N]``
+    values.
 
     Grid segment ``g`` covers steps ``[g L, (g + 1) L)``; its time-of-day slot is ``(first_slot + g) mod S``
     (``first_slot = 0``: step 0 starts a day). Returns ``[G, N, K]`` float32 with ``G = T // L``.

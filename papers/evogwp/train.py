@@ -1,16 +1,16 @@
 """Training and batched prediction of any forecaster in :mod:`papers.evogwp.models`.
 
 ``make_train(build, P, Q, cfg, context)`` returns ``train(key, arrays, train_origins, n_train, val_origins)``
-(batches are drawn from the first ``n_train`` origins, so origin lists can be padded to shared shapes): the whole
-loop is a ``lax.scan`` over chunks of ``eval_every`` steps (an inner ``lax.scan`` of optimiser steps) under one
-``jit``, and it is ``vmap``-able over seeds. Each step samples a batch of training windows, computes the masked
-MAE in the data's units (targets that are gaps or exactly 0 are dropped, as in the authors' code), clips the
-gradient norm and applies Adam with a multi-step learning-rate decay. After every chunk the validation masked MAE
-(no teacher forcing) is computed and the best parameters so far are kept: early stopping as a selection, so the
-loop keeps a fixed shape.
+(batches are drawn from the first ``n_train`` origins, so origin lists can be padded to shared shapes): the
+whole loop is a ``lax.scan`` over chunks of ``eval_every`` steps (an inner ``lax.scan`` of optimiser steps)
+under one ``jit``, and it is ``vmap``-able over seeds. Each step samples a batch of training windows, computes
+the masked MAE in the data's units (targets that are gaps or exactly 0 are dropped, as in the authors' code),
+clips the gradient norm and applies Adam with a multi-step learning-rate decay. After every chunk the
+validation masked MAE (no teacher forcing) is computed and the best parameters so far are kept: early stopping
+as a selection, so the loop keeps a fixed shape.
 
-``make_predict(build, P, Q, context)`` returns ``predict(params, arrays, origins) -> [W, Q, N]`` forecasts in the
-data's units, batched with ``lax.map``.
+``make_predict(build, P, Q, context)`` returns ``predict(params, arrays, origins) -> [W, Q, N]`` forecasts in
+the data's units, batched with ``lax.map``.
 """
 
 from __future__ import annotations
@@ -45,8 +45,10 @@ def make_train(build: Build, input_len: int, horizon: int, cfg: TrainParams, con
     graphdef = graphdef_of(build)
     chunks = cfg.steps // cfg.eval_every
     bounds = {int(round(m * cfg.steps)): cfg.lr_gamma for m in cfg.lr_milestones if 0 < m < 1}
-    tx = optax.chain(optax.clip_by_global_norm(cfg.clip_norm),
-                     optax.adam(optax.piecewise_constant_schedule(cfg.lr, bounds), eps=1e-8))
+    tx = optax.chain(
+        optax.clip_by_global_norm(cfg.clip_norm),
+        optax.adam(optax.piecewise_constant_schedule(cfg.lr, bounds), eps=1e-8),
+    )
 
     def loss_fn(params, batch, arrays, tp, key):
         model = nnx.merge(graphdef, params)
@@ -70,7 +72,9 @@ def make_train(build: Build, input_len: int, horizon: int, cfg: TrainParams, con
 
         def chunk(carry, c):
             (p, st, k), best, best_val = carry
-            (p, st, k), losses = jax.lax.scan(step, (p, st, k), c * cfg.eval_every + jnp.arange(cfg.eval_every))
+            (p, st, k), losses = jax.lax.scan(
+                step, (p, st, k), c * cfg.eval_every + jnp.arange(cfg.eval_every)
+            )
             val = loss_fn(p, val_batch, arrays, 0.0, None)
             better = val < best_val
             best = jax.tree.map(lambda a, b: jnp.where(better, a, b), p, best)
@@ -83,8 +87,9 @@ def make_train(build: Build, input_len: int, horizon: int, cfg: TrainParams, con
     return train
 
 
-def make_predict(build: Build, input_len: int, horizon: int, context: Context | None = None,
-                 batch_size: int = 16):
+def make_predict(
+    build: Build, input_len: int, horizon: int, context: Context | None = None, batch_size: int = 16
+):
     graphdef = graphdef_of(build)
 
     def predict(params, arrays, origins):

@@ -10,17 +10,26 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.graph.dcrnn import DCGRUCell, DCRNN, DiffusionConv, inverse_sigmoid_decay
+from common.graph.dcrnn import DCRNN, DCGRUCell, DiffusionConv, inverse_sigmoid_decay
 from common.graph.dense import (
-    adaptive_adjacency, correlation_adjacency, correlation_distance, diffusion_features, diffusion_terms,
-    dual_random_walk, gaussian_kernel_adjacency, num_diffusion_terms, random_walk,
+    adaptive_adjacency,
+    correlation_adjacency,
+    correlation_distance,
+    diffusion_features,
+    diffusion_terms,
+    dual_random_walk,
+    gaussian_kernel_adjacency,
+    num_diffusion_terms,
+    random_walk,
 )
 
 
 @given(st.integers(1, 6), st.integers(0, 2**31 - 1))
 @settings(max_examples=25, deadline=None)
 def test_random_walk_rows_sum_to_one_or_zero(n, seed):
-    a = np.random.default_rng(seed).uniform(size=(n, n)) * (np.random.default_rng(seed + 1).uniform(size=(n, n)) > .5)
+    a = np.random.default_rng(seed).uniform(size=(n, n)) * (
+        np.random.default_rng(seed + 1).uniform(size=(n, n)) > 0.5
+    )
     p = np.asarray(random_walk(jnp.asarray(a, jnp.float32)))
     rows = p.sum(1)
     assert np.all(np.isfinite(p)) and np.all(p >= 0)
@@ -57,7 +66,9 @@ def test_per_sample_supports_equal_shared_supports_per_sample():
     sup = dual_random_walk(jax.random.uniform(k[1], (3, 5, 5)))  # [B, 2, N, N]
     batched = diffusion_features(x, sup, 2)
     for b in range(3):
-        np.testing.assert_allclose(batched[b], diffusion_features(x[b:b + 1], sup[b], 2)[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            batched[b], diffusion_features(x[b : b + 1], sup[b], 2)[0], rtol=1e-5, atol=1e-6
+        )
 
 
 def test_diffusion_rejects_bad_shapes():

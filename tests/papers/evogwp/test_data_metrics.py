@@ -10,7 +10,15 @@ from hypothesis import strategies as st
 from common.traces.workload import load_workload_matrix
 from papers.evogwp.baselines import last_value, seasonal_naive
 from papers.evogwp.data import (
-    DataError, Scaler, aggregate_steps, check_time, chrono_split, fill_gaps, origins, prepare, select_entities,
+    DataError,
+    Scaler,
+    aggregate_steps,
+    check_time,
+    chrono_split,
+    fill_gaps,
+    origins,
+    prepare,
+    select_entities,
     tail_split,
 )
 from papers.evogwp.metrics import forecast_metrics, scored_cells
@@ -22,7 +30,9 @@ NAN = np.nan
 def test_fill_gaps_forward_fills_and_counts():
     v = np.array([[NAN, 1.0], [2.0, NAN], [NAN, NAN], [4.0, 5.0]], np.float32)
     filled, obs, n = fill_gaps(v)
-    np.testing.assert_array_equal(filled, [[2, 1], [2, 1], [2, 1], [4, 5]])  # leading gap <- first observed value
+    np.testing.assert_array_equal(
+        filled, [[2, 1], [2, 1], [2, 1], [4, 5]]
+    )  # leading gap <- first observed value
     assert n == 4 and obs.sum() == 4
     with pytest.raises(DataError, match="no observed value"):
         fill_gaps(np.array([[1.0, NAN], [2.0, NAN]]), ["a", "b"])
@@ -63,8 +73,14 @@ def test_splits():
         chrono_split(1000, 0.9, 0.2)
 
 
-@given(st.integers(0, 200), st.integers(1, 300), st.integers(1, 24), st.integers(1, 24), st.integers(1, 13),
-       st.integers(0, 100))
+@given(
+    st.integers(0, 200),
+    st.integers(1, 300),
+    st.integers(1, 24),
+    st.integers(1, 24),
+    st.integers(1, 13),
+    st.integers(0, 100),
+)
 @settings(max_examples=60, deadline=None)
 def test_origins_respect_history_and_range(start, length, p, q, stride, min_origin):
     end = start + length
@@ -124,10 +140,13 @@ def _reference(path: str):
     return lv["mae"][0], lv["rmse"][0], sn["mae"][0], sn["rmse"][0]
 
 
-@pytest.mark.parametrize("path, expected", [
-    ("workload_traces/google2011_gcd_97jobs/cpu_pct.csv.gz", (1.423, 2.415, 2.615, 4.251)),
-    ("workload_traces/azure_v1_100vm/cpu_avg_pct.csv.gz", (2.334, 7.455, 3.189, 9.700)),
-])
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        ("workload_traces/google2011_gcd_97jobs/cpu_pct.csv.gz", (1.423, 2.415, 2.615, 4.251)),
+        ("workload_traces/azure_v1_100vm/cpu_avg_pct.csv.gz", (2.334, 7.455, 3.189, 9.700)),
+    ],
+)
 def test_naive_baselines_match_the_published_reference_numbers(path, expected):
     np.testing.assert_allclose(_reference(path), expected, atol=1.5e-3)
 

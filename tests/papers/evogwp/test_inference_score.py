@@ -1,4 +1,5 @@
-"""Checkpoints, ``papers.evogwp.predict`` and the scoring CLI on data the model never saw, including bad input."""
+"""Checkpoints, ``papers.evogwp.predict`` and the scoring CLI on data the model never saw, including bad
+input."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from papers.evogwp.baselines import last_value
 from papers.evogwp.data import prepare
 from papers.evogwp.evaluate import PolicyResult, graph_arrays, prepare_dataset, save_checkpoint
 from papers.evogwp.inference import load
-from papers.evogwp.schemas import ForecastParams, ForecasterPolicy, TrainParams
+from papers.evogwp.schemas import ForecasterPolicy, ForecastParams, TrainParams
 from papers.evogwp.score import main
 from papers.evogwp.train import init_params, make_predict
 
@@ -27,9 +28,19 @@ DAYS = 4
 N = 5
 T0 = 1_372_629_600  # Unix seconds of step 0 (a day start on the training clock)
 HP = {
-    "evogwp": {"hidden": 4, "evo_hidden": 4, "emb_dim": 2, "context_segments": 2, "segments_per_day": 12,
-               "num_shapelets": 4, "candidates_per_shapelet": 2, "shapelet_steps": 3, "shapelet_samples": 16,
-               "top_shapelets": 2, "top_workloads": 2},
+    "evogwp": {
+        "hidden": 4,
+        "evo_hidden": 4,
+        "emb_dim": 2,
+        "context_segments": 2,
+        "segments_per_day": 12,
+        "num_shapelets": 4,
+        "candidates_per_shapelet": 2,
+        "shapelet_steps": 3,
+        "shapelet_samples": 16,
+        "top_shapelets": 2,
+        "top_workloads": 2,
+    },
     "dcrnn": {"hidden": 4},
     "dlinear": {"kernel": 5},
 }
@@ -53,10 +64,13 @@ def _write_csv(path: Path, values: np.ndarray, names, start_step: int = 0, time=
 
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory):
-    """Untrained (initialised) small models of three kinds, saved as checkpoints from a synthetic training set."""
+    """Untrained (initialised) small models of three kinds, saved as checkpoints from a synthetic training
+    set."""
     d = tmp_path_factory.mktemp("ckpt")
     names = [f"vm_{i}" for i in range(N)]
-    s = prepare(name="synthetic", values=_values(DAYS), entities=names, time=T0 + 300 * np.arange(DAYS * PERIOD))
+    s = prepare(
+        name="synthetic", values=_values(DAYS), entities=names, time=T0 + 300 * np.arange(DAYS * PERIOD)
+    )
     p = ForecastParams(datasets=["synthetic"], train=TrainParams(val_windows=4))
     ds = prepare_dataset(s, p, min_origin=(2 + 1) * 24)
     out = {}
@@ -65,10 +79,18 @@ def ckpts(tmp_path_factory):
         extra, evo = graph_arrays(kind, pol.hp, ds)
         from papers.evogwp.forecasters import builder
 
-        build = builder(kind, pol.hp, num_nodes=N, input_len=12, horizon=12,
-                        num_shapelets=evo.shapelets.v.shape[0] if evo else 0)
+        build = builder(
+            kind,
+            pol.hp,
+            num_nodes=N,
+            input_len=12,
+            horizon=12,
+            num_shapelets=evo.shapelets.v.shape[0] if evo else 0,
+        )
         params = jax.tree.map(lambda a: a[None], init_params(build, jax.random.key(0)))
-        res = PolicyResult(np.zeros((1, 1, 12, N)), [0], 0.0, params=params, build=build, evo=evo, extra=extra)
+        res = PolicyResult(
+            np.zeros((1, 1, 12, N)), [0], 0.0, params=params, build=build, evo=evo, extra=extra
+        )
         out[kind] = (save_checkpoint(d / f"{kind}.npz", pol, ds, p, res), ds, build, evo, extra)
     return out
 
@@ -81,8 +103,9 @@ def test_checkpoint_roundtrip_reproduces_the_forecasts(ckpts):
     got = f.forecast(ds.series, o)
     arrays = build_arrays(ds.series, ds.scaler, pad=12, **evo.arrays(ds.x_std))
     params = init_params(build, jax.random.key(0))
-    want = make_predict(build, 12, 12, evo.context)(params, {k: jnp.asarray(v) for k, v in arrays.items()},
-                                                     jnp.asarray(o))
+    want = make_predict(build, 12, 12, evo.context)(
+        params, {k: jnp.asarray(v) for k, v in arrays.items()}, jnp.asarray(o)
+    )
     np.testing.assert_allclose(got, np.asarray(want), rtol=1e-5, atol=1e-5)
     # the residual models start at the last value, so an untrained checkpoint forecasts it
     np.testing.assert_allclose(got, last_value(ds.series.filled, o, 12), rtol=1e-4, atol=1e-3)
@@ -94,7 +117,9 @@ def test_predict_forecasts_the_next_horizon(ckpts):
     hist.insert(0, "ts", ds.series.time)
     fc = package_predict(str(path), hist)
     assert fc.shape == (12, N) and np.all(np.isfinite(fc))
-    np.testing.assert_allclose(fc, load(path).forecast(ds.series, np.array([ds.series.num_steps]))[0], rtol=1e-5)
+    np.testing.assert_allclose(
+        fc, load(path).forecast(ds.series, np.array([ds.series.num_steps]))[0], rtol=1e-5
+    )
 
 
 def _run(capsys, *argv):
@@ -108,8 +133,19 @@ def test_score_cli_scores_every_window_of_new(ckpts, tmp_path, capsys):
     old = _write_csv(tmp_path / "old.csv.gz", _values(2, seed=1), names)
     newv = _values(1, seed=2)
     new = _write_csv(tmp_path / "new.csv.gz", newv, names, start_step=2 * PERIOD)
-    rc, rep, err = _run(capsys, "--checkpoint", ckpts["dcrnn"][0], "--csv", new, "--history", old, "--input", 12,
-                        "--horizon", 12)
+    rc, rep, err = _run(
+        capsys,
+        "--checkpoint",
+        ckpts["dcrnn"][0],
+        "--csv",
+        new,
+        "--history",
+        old,
+        "--input",
+        12,
+        "--horizon",
+        12,
+    )
     assert rc == 0, err
     assert rep["windows"] == PERIOD - 12 + 1 and rep["windows_skipped"] == 0
     assert set(rep["metrics"]) == {"dcrnn", "last_value", "seasonal_naive"}
@@ -156,16 +192,21 @@ def test_gaps_and_constant_series_are_counted(ckpts, tmp_path, capsys):
     assert rep["filled_input_cells"] == 10
     assert rep["target_scored"] < rep["target_cells"]  # gap targets are never scored
     assert rep["constant_entities"] == ["vm_2"]
-    assert all(v is None or np.isfinite(v) for v in rep["metrics"]["dlinear"].values() if not isinstance(v, list))
+    assert all(
+        v is None or np.isfinite(v) for v in rep["metrics"]["dlinear"].values() if not isinstance(v, list)
+    )
 
 
-@pytest.mark.parametrize("case, message", [
-    ("short", "too few steps"),
-    ("non_monotonic", "does not increase"),
-    ("horizon", "trained for 12 -> 12"),
-    ("overlap", "not after the end"),
-    ("bad_checkpoint", "checkpoint"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("short", "too few steps"),
+        ("non_monotonic", "does not increase"),
+        ("horizon", "trained for 12 -> 12"),
+        ("overlap", "not after the end"),
+        ("bad_checkpoint", "checkpoint"),
+    ],
+)
 def test_bad_input_is_a_clear_error(ckpts, tmp_path, capsys, case, message):
     names = [f"vm_{i}" for i in range(N)]
     ck = ckpts["dlinear"][0]

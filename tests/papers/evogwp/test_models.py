@@ -29,8 +29,12 @@ def _batch(seed=0):
 
 
 SMALL = {
-    "lstm": {"hidden": 4}, "gru": {"hidden": 4}, "dlinear": {"kernel": 5}, "patchtst": {"d_model": 8, "heads": 2,
-    "ff": 8, "layers": 1}, "dcrnn": {"hidden": 4}, "gwnet": {"residual": 4, "skip": 4, "end": 8, "emb_dim": 2},
+    "lstm": {"hidden": 4},
+    "gru": {"hidden": 4},
+    "dlinear": {"kernel": 5},
+    "patchtst": {"d_model": 8, "heads": 2, "ff": 8, "layers": 1},
+    "dcrnn": {"hidden": 4},
+    "gwnet": {"residual": 4, "skip": 4, "end": 8, "emb_dim": 2},
     "evogwp": {"hidden": 4, "evo_hidden": 4, "emb_dim": 2},
 }
 
@@ -53,8 +57,9 @@ def test_every_model_forecasts_finite_values_of_the_right_shape(kind):
     assert out.shape == tf.shape == (B, Q, N) and bool(jnp.all(jnp.isfinite(out)))
 
 
-@pytest.mark.parametrize("kind, head", [("dcrnn", "net.proj"), ("evogwp", "net.proj"), ("lstm", "proj"),
-                                        ("gwnet", "end2")])
+@pytest.mark.parametrize(
+    "kind, head", [("dcrnn", "net.proj"), ("evogwp", "net.proj"), ("lstm", "proj"), ("gwnet", "end2")]
+)
 def test_recurrent_and_graph_models_start_from_the_last_value(kind, head):
     m = _model(kind)
     obj = m
@@ -74,8 +79,12 @@ def test_dlinear_keeps_a_constant_series_constant_at_init():
 
 def test_evogwp_supports_per_switch():
     b = _batch()
-    for graph, learned, n_sup in (("evolution", "evolstm", 3), ("static", "evolstm", 3), ("evolution", "none", 2),
-                                  ("none", "embedding", 1)):
+    for graph, learned, n_sup in (
+        ("evolution", "evolstm", 3),
+        ("static", "evolstm", 3),
+        ("evolution", "none", 2),
+        ("none", "embedding", 1),
+    ):
         sup = _model("evogwp", graph=graph, learned=learned).supports(b)
         assert sup.shape == (B, n_sup, N, N)
         rows = sup.sum(-1)

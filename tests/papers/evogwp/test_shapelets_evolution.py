@@ -8,8 +8,15 @@ import pytest
 
 from papers.evogwp.evolution import EvolutionConfig, evolution_graph, project, transition_matrix
 from papers.evogwp.shapelets import (
-    ShapeletConfig, Shapelets, farthest_points, fit_shapelets, kl_score, kmeans, sample_distance,
-    segment_distances, weighted_sq_dist,
+    ShapeletConfig,
+    Shapelets,
+    farthest_points,
+    fit_shapelets,
+    kl_score,
+    kmeans,
+    sample_distance,
+    segment_distances,
+    weighted_sq_dist,
 )
 
 
@@ -18,8 +25,9 @@ def test_weighted_sq_dist_matches_brute_force():
     v, w = rng.normal(size=(3, 5)), rng.normal(size=(3, 5))
     segs = rng.normal(size=(4, 2, 5))
     got = np.asarray(weighted_sq_dist(jnp.asarray(v), jnp.asarray(w), jnp.asarray(segs)))
-    want = np.array([[[np.mean((w[k] * (v[k] - segs[m, s])) ** 2) for s in range(2)] for m in range(4)]
-                     for k in range(3)])
+    want = np.array(
+        [[[np.mean((w[k] * (v[k] - segs[m, s])) ** 2) for s in range(2)] for m in range(4)] for k in range(3)]
+    )
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
@@ -35,7 +43,9 @@ def test_sample_distance_is_a_soft_minimum_over_weighted_segments():
 
 
 def test_kmeans_recovers_obvious_clusters():
-    x = np.concatenate([np.zeros((5, 2)), np.full((5, 2), 10.0)]) + np.random.default_rng(0).normal(0, .1, (10, 2))
+    x = np.concatenate([np.zeros((5, 2)), np.full((5, 2), 10.0)]) + np.random.default_rng(0).normal(
+        0, 0.1, (10, 2)
+    )
     lab = kmeans(x, 2, seed=3)
     assert len(set(lab[:5])) == 1 and len(set(lab[5:])) == 1 and lab[0] != lab[5]
 
@@ -65,8 +75,9 @@ def _two_shape_series(n=8, days=6, period=24):
 
 def test_fit_shapelets_shapes_order_and_importance_switch():
     x = _two_shape_series()
-    cfg = ShapeletConfig(num_shapelets=4, seg_len=6, candidates_per_shapelet=3, num_classes=2, max_samples=64,
-                         steps=5)
+    cfg = ShapeletConfig(
+        num_shapelets=4, seg_len=6, candidates_per_shapelet=3, num_classes=2, max_samples=64, steps=5
+    )
     shp = fit_shapelets(x, 24, 5 * 24, cfg)
     assert shp.v.shape == (4, 6) and shp.w.shape == (4, 6) and shp.u.shape == (4, 4)
     assert np.all(np.diff(shp.score) <= 1e-6)
@@ -80,8 +91,14 @@ def test_fit_shapelets_shapes_order_and_importance_switch():
 
 def test_segment_distances_use_the_slot_weights():
     v = np.zeros((1, 2), np.float32)
-    shp = Shapelets(v, np.ones((1, 2), np.float32), np.array([[1.0, 2.0, 3.0]], np.float32), np.ones(1),
-                    np.zeros(1, np.int32), 6)
+    shp = Shapelets(
+        v,
+        np.ones((1, 2), np.float32),
+        np.array([[1.0, 2.0, 3.0]], np.float32),
+        np.ones(1),
+        np.zeros(1, np.int32),
+        6,
+    )
     x = np.ones((6, 1), np.float32)  # three segments of length 2, each at distance 1 from v
     sd = segment_distances(shp, x)
     np.testing.assert_allclose(sd[:, 0, 0], [1.0, 2.0, 3.0], rtol=1e-4)
@@ -89,7 +106,8 @@ def test_segment_distances_use_the_slot_weights():
 
 
 def test_transition_matrix_known_answer_and_self_loops():
-    # one workload: close to shapelet 0 at the source, to shapelet 1 at the destination; shapelet 2 never linked
+    # one workload: close to shapelet 0 at the source, to shapelet 1 at the destination; shapelet 2 never
+    # linked
     d_src = jnp.asarray([[0.0, 5.0, 9.0]])
     d_dst = jnp.asarray([[5.0, 0.0, 9.0]])
     t = np.asarray(transition_matrix(d_src, d_dst, theta=6.0, min_weight=0.01))
