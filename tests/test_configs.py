@@ -47,7 +47,7 @@ def test_paper_package_and_claims(paper):
 def test_experiment_smoke_run(paper, exp, tmp_path):
     from common.repro import registry
 
-    cfg = compose([f"experiment={paper}/{exp}", "profile=smoke"])
+    cfg = compose([f"experiment={paper}/{exp}", "profile=smoke", f"paths.checkpoint_dir={tmp_path / 'ckpt'}"])
     ctx, _ = build_context(cfg, out_dir=tmp_path)
     rows = registry.lookup(paper, exp).fn(ctx)
     df = to_frame(rows, trace=getattr(ctx.trace, "name", "none"), hardware=getattr(ctx.hardware, "name", "none"))

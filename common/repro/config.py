@@ -206,6 +206,8 @@ def build_context(cfg: DictConfig, out_dir: Path | None = None) -> tuple[registr
         data_dir=Path(cfg.paths.data_dir),
         out_dir=Path(out_dir) if out_dir else Path(cfg.paths.results_dir) / exp.paper,
         cfg=cfg,
+        checkpoint_dir=(Path(cfg.paths.checkpoint_dir) / exp.paper / f"{exp.name}-{chash}"
+                        if cfg.paths.get("checkpoint_dir") else None),
     )
     ctx.progress.label = f"{exp.paper}/{exp.name}"
     return ctx, chash

@@ -78,6 +78,9 @@ class RunContext:
       trace, hardware: the selected group configs as dataclass instances (``None`` if the paper has none).
       data_dir: vendored data root; out_dir: where this run writes results and figures.
       cfg: the full composed config, for provenance only.
+      checkpoint_dir: where long trainings keep resumable state for *this* configuration (it contains the config
+        hash, so a changed config never resumes stale state); ``None`` turns checkpointing off. See
+        :meth:`checkpointer`.
     """
 
     paper: str
@@ -94,9 +97,20 @@ class RunContext:
     cfg: DictConfig
     progress: Progress = dataclasses.field(default_factory=Progress)
     figures: list[Path] = dataclasses.field(default_factory=list)
+    checkpoint_dir: Path | None = None
 
     def seeds(self) -> np.ndarray:
         return np.arange(self.seed, self.seed + self.num_seeds, dtype=np.int64)
+
+    def checkpointer(self, name: str, keep: int = 2):
+        """An orbax :class:`common.repro.checkpoint.Checkpointer` for the training called ``name`` in this run,
+        or ``None`` when checkpointing is off. Pass it to :func:`common.repro.checkpoint.run_chunked`: a killed run
+        restarted with the same configuration resumes from the newest saved chunk, bit-identically."""
+        if self.checkpoint_dir is None:
+            return None
+        from common.repro.checkpoint import Checkpointer
+
+        return Checkpointer(self.checkpoint_dir / name, keep=keep)
 
     def save_figure(self, fig, name: str) -> Path:
         """Save a matplotlib figure as ``<out_dir>/<experiment>_<name>.png`` atomically and close it."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -59,6 +60,8 @@ def run_experiment(cfg: DictConfig, out_dir: Path | None = None, force: bool = F
     out = with_provenance(frame, paper=ctx.paper, experiment=ctx.experiment, profile=ctx.profile,
                           root=cfg.paths.root, chash=chash)
     write_csv(out, path)
+    if ctx.checkpoint_dir is not None:  # finished: its resumable state is no longer needed
+        shutil.rmtree(ctx.checkpoint_dir, ignore_errors=True)
     return "ran", path, time.monotonic() - t0
 
 

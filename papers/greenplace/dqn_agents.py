@@ -173,11 +173,18 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
                         buffer=replay_init(example, policy.buffer_size), env_state=env_state, obs=obs, key=key,
                         updates=jnp.zeros((), jnp.int32), iteration=jnp.zeros((), jnp.int32))
 
-    def train(key, w_energy, env_params=env_params):
-        p = env_params.replace(w_energy=jnp.asarray(w_energy, jnp.float32))
-        ts = init(key, p)
-        return jax.lax.scan(lambda s, _: iteration(p, s), ts, None, length=iterations)
+    def start(key, w_energy, env_params=env_params) -> DQNState:
+        return init(key, env_params.replace(w_energy=jnp.asarray(w_energy, jnp.float32)))
 
+    def advance(ts: DQNState, w_energy, env_params=env_params, *, steps: int = iterations):
+        p = env_params.replace(w_energy=jnp.asarray(w_energy, jnp.float32))
+        return jax.lax.scan(lambda s, _: iteration(p, s), ts, None, length=steps)
+
+    def train(key, w_energy, env_params=env_params):
+        return advance(start(key, w_energy, env_params), w_energy, env_params)
+
+    # chunked form for checkpointing: train == advance(start(...), steps=total_steps), cut into equal chunks
+    train.start, train.advance, train.total_steps = start, advance, iterations  # type: ignore[attr-defined]
     train.graphdef = graphdef  # type: ignore[attr-defined]
     train.act = make_act(kind, graphdef, env, nvec)  # type: ignore[attr-defined]
     return train

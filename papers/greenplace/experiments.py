@@ -9,11 +9,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from common.repro import RunContext, experiment, metric_rows
+from common.repro.checkpoint import run_chunked
 from common.repro.plots import figure
 from papers.greenplace import dqn_agents
 from papers.greenplace.baselines import HEURISTIC_POLICIES
@@ -37,6 +40,11 @@ def _trainer(kind: str):
     return ppo_agent
 
 
+def num_chunks(total_steps: int, most: int = 10) -> int:
+    """The most equal chunks (<= ``most``) that ``total_steps`` splits into: the checkpoint granularity."""
+    return max(c for c in range(1, min(most, max(total_steps, 1)) + 1) if total_steps % c == 0)
+
+
 def train_and_evaluate(w: World, scenario, pol: PlacementPolicy, seeds: np.ndarray, weights: list[float],
                        ctx: RunContext) -> dict[float, tuple[dict, dict]]:
     """Train one agent per (weight, seed) on the training year (one jit, vmapped), evaluate each greedily on the
@@ -47,13 +55,18 @@ def train_and_evaluate(w: World, scenario, pol: PlacementPolicy, seeds: np.ndarr
     ck = (pol.kind, repr(pol), p.train_iterations, p.train_envs)
     if ck not in _TRAINERS:
         train = mod.make_train(ENV, train_params, pol, p.train_iterations, p.train_envs)
-        _TRAINERS[ck] = (train, jax.jit(jax.vmap(train, in_axes=(0, 0, None))))
-    train, train_jit = _TRAINERS[ck]
+        n = num_chunks(train.total_steps)
+        advance = functools.partial(train.advance, steps=train.total_steps // n)
+        _TRAINERS[ck] = (train, n, jax.jit(jax.vmap(train.start, in_axes=(0, 0, None))),
+                         jax.jit(jax.vmap(advance, in_axes=(0, 0, None))))
+    train, n, start, advance = _TRAINERS[ck]
     keys = jax.vmap(jax.random.key)(jnp.asarray(np.tile(seeds, len(weights)), jnp.uint32))
     ws = jnp.repeat(jnp.asarray(weights, jnp.float32), len(seeds))
     ctx.progress.log(f"{scenario.name}: training {pol.name} x {len(ws)} (seeds x weights), "
-                     f"{p.train_iterations} iterations x {p.train_envs} envs")
-    ts, curves = train_jit(keys, ws, train_params)
+                     f"{p.train_iterations} iterations x {p.train_envs} envs, {n} checkpointed chunks")
+    ckpt = ctx.checkpointer(f"{scenario.name}-{pol.name}-w{'_'.join(f'{x:g}' for x in weights)}")
+    ts, history = run_chunked(lambda s: advance(s, ws, train_params), start(keys, ws, train_params), n, ckpt)
+    curves = jax.tree.map(lambda *h: jnp.concatenate(h, axis=1), *history)
     out = {}
     for i, wt in enumerate(weights):
         sl = slice(i * len(seeds), (i + 1) * len(seeds))

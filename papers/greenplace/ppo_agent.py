@@ -149,14 +149,22 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
         ts = PPOState(params, opt_state, env_state, obs, key)
         return ts, {"reward": traj.reward.mean(), "loss": losses.mean(), "objective": objective.mean()}
 
-    def train(key, w_energy, env_params=env_params):
+    def start(key, w_energy, env_params=env_params) -> PPOState:
         p = env_params.replace(w_energy=jnp.asarray(w_energy, jnp.float32))
         k_net, k_env, key = jax.random.split(key, 3)
         _, params = nnx.split(FactorisedActorCritic(obs_dim, nvec, nnx.Rngs(k_net), torso=tuple(policy.torso)))
         obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_env, num_envs), p)
-        ts = PPOState(params, tx.init(params), env_state, obs, key)
-        return jax.lax.scan(lambda s, x: update(p, s, x), ts, None, length=num_updates)
+        return PPOState(params, tx.init(params), env_state, obs, key)
 
+    def advance(ts: PPOState, w_energy, env_params=env_params, *, steps: int = num_updates):
+        p = env_params.replace(w_energy=jnp.asarray(w_energy, jnp.float32))
+        return jax.lax.scan(lambda s, x: update(p, s, x), ts, None, length=steps)
+
+    def train(key, w_energy, env_params=env_params):
+        return advance(start(key, w_energy, env_params), w_energy, env_params)
+
+    # chunked form for checkpointing: train == advance(start(...), steps=total_steps), cut into equal chunks
+    train.start, train.advance, train.total_steps = start, advance, num_updates  # type: ignore[attr-defined]
     train.graphdef = graphdef  # type: ignore[attr-defined]
     train.act = make_act(graphdef, env)  # type: ignore[attr-defined]
     return train
