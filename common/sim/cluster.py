@@ -247,36 +247,38 @@ def top_up(cl: Cluster, occ: Occupancy, target_cpu: jax.Array, target_mem: jax.A
 # ---------------------------------------------------------------------------------------------- speed
 
 
-@dataclass(frozen=True)
-class SpeedModel:
-    """Normalised throughput ``tput[model, cpu_level, mem_level]`` (1.0 = fair share) and placement penalties.
+class SpeedModel(NamedTuple):
+    """Normalised throughput ``tput[model, cpu_level, mem_level]`` (1.0 = fair share) and placement penalties,
+    as device arrays (a pytree, so it is an argument of jitted code, not a baked-in constant). Build it with
+    :func:`speed_model`, which validates.
 
     ``speed = tput(cpu/GPU, mem/GPU) * (penalty[model] if the job spans > 1 server else 1)``.
     """
 
-    tput: np.ndarray
-    cpu_levels: np.ndarray
-    mem_levels: np.ndarray
-    penalty: np.ndarray
-
-    def __post_init__(self) -> None:
-        t = np.asarray(self.tput, np.float32)
-        c, m = np.asarray(self.cpu_levels, np.float32), np.asarray(self.mem_levels, np.float32)
-        p = np.asarray(self.penalty, np.float32)
-        if t.ndim != 3 or t.shape[1:] != (c.size, m.size):
-            raise ValueError(f"tput must be [models, {c.size}, {m.size}], got {t.shape}")
-        if c.size < 2 or m.size < 2 or np.any(np.diff(c) <= 0) or np.any(np.diff(m) <= 0):
-            raise ValueError("cpu_levels and mem_levels need >= 2 strictly increasing values")
-        if p.shape != (t.shape[0],) or np.any(p <= 0) or np.any(p > 1):
-            raise ValueError("penalty needs one value in (0, 1] per model")
-        if np.any(t <= 0) or not np.all(np.isfinite(t)):
-            raise ValueError("throughputs must be positive and finite")
-        for name, v in (("tput", t), ("cpu_levels", c), ("mem_levels", m), ("penalty", p)):
-            object.__setattr__(self, name, v)
+    tput: jax.Array  # [M, nc, nm]
+    cpu_levels: jax.Array  # [nc]
+    mem_levels: jax.Array  # [nm]
+    penalty: jax.Array  # [M]
 
     @property
     def num_models(self) -> int:
         return int(self.tput.shape[0])
+
+
+def speed_model(tput, cpu_levels, mem_levels, penalty) -> SpeedModel:
+    """Validate host arrays and return a :class:`SpeedModel`."""
+    t = np.asarray(tput, np.float32)
+    c, m = np.asarray(cpu_levels, np.float32), np.asarray(mem_levels, np.float32)
+    p = np.asarray(penalty, np.float32)
+    if t.ndim != 3 or t.shape[1:] != (c.size, m.size):
+        raise ValueError(f"tput must be [models, {c.size}, {m.size}], got {t.shape}")
+    if c.size < 2 or m.size < 2 or np.any(np.diff(c) <= 0) or np.any(np.diff(m) <= 0):
+        raise ValueError("cpu_levels and mem_levels need >= 2 strictly increasing values")
+    if p.shape != (t.shape[0],) or np.any(p <= 0) or np.any(p > 1):
+        raise ValueError("penalty needs one value in (0, 1] per model")
+    if np.any(t <= 0) or not np.all(np.isfinite(t)):
+        raise ValueError("throughputs must be positive and finite")
+    return SpeedModel(jnp.asarray(t), jnp.asarray(c), jnp.asarray(m), jnp.asarray(p))
 
 
 def _interp_axis(levels: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -288,9 +290,9 @@ def _interp_axis(levels: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]
 
 def profile_tput(sm: SpeedModel, model: jax.Array, cpu_per_gpu: jax.Array, mem_per_gpu: jax.Array) -> jax.Array:
     """Bilinear interpolation of the throughput grid, clamped at its edges."""
-    tput = jnp.asarray(sm.tput)
-    i, a = _interp_axis(jnp.asarray(sm.cpu_levels), cpu_per_gpu)
-    j, b = _interp_axis(jnp.asarray(sm.mem_levels), mem_per_gpu)
+    tput = sm.tput
+    i, a = _interp_axis(sm.cpu_levels, cpu_per_gpu)
+    j, b = _interp_axis(sm.mem_levels, mem_per_gpu)
     t00, t01 = tput[model, i, j], tput[model, i, j + 1]
     t10, t11 = tput[model, i + 1, j], tput[model, i + 1, j + 1]
     return (1 - a) * ((1 - b) * t00 + b * t01) + a * ((1 - b) * t10 + b * t11)
@@ -300,7 +302,7 @@ def job_speed(sm: SpeedModel, model: jax.Array, usage: JobUsage) -> jax.Array:
     """Progress rate (work-seconds per second) of every slot; 0 where the slot holds no GPU."""
     g = jnp.maximum(usage.gpus, 1).astype(jnp.float32)
     t = profile_tput(sm, model, usage.cpu / g, usage.mem / g)
-    pen = jnp.where(usage.servers > 1, jnp.asarray(sm.penalty)[model], 1.0)
+    pen = jnp.where(usage.servers > 1, sm.penalty[model], 1.0)
     return jnp.where(usage.gpus > 0, t * pen, 0.0)
 
 
@@ -500,15 +502,15 @@ ScheduleFn = Callable[[SimState], SimState]
 
 
 def rounds_until_event(state: SimState, jobs: JobTable, round_s: float, speed: jax.Array) -> jax.Array:
-    """How many whole rounds can run unchanged: none if a job is pending, else until the round of the next
-    arrival or of the first completion (at least 1)."""
+    """How many rounds can run with the allocation unchanged: one if a job is pending, else up to and including
+    the round in which the first running job completes or the next job arrives (at least 1)."""
     n = jobs.arrival.shape[0]
     running = state.status == RUNNING
     pending = (state.status == PENDING).any()
     fin = jnp.where(running & (speed > 0), state.remaining / jnp.maximum(speed, 1e-9), jnp.inf).min()
     nxt = jnp.where(state.next_job < jobs.num_jobs, jobs.arrival[jnp.clip(state.next_job, 0, n - 1)] - state.t,
                     jnp.inf)
-    k = jnp.floor(jnp.minimum(fin, nxt) / round_s)
+    k = jnp.ceil(jnp.minimum(fin, nxt) / round_s - 1e-6)
     k = jnp.where(jnp.isfinite(k), k, 1.0)
     return jnp.where(pending, 1.0, jnp.clip(k, 1.0, 1e6))
 
@@ -624,6 +626,6 @@ __all__ = [
     "Occupancy", "SimConfig", "SimResult", "SimState", "SimStats", "SpeedModel", "admit", "advance", "assign",
     "empty_occupancy", "fill_plan", "float_key", "gpus_that_fit", "init_state", "int_key", "is_done", "job_speed",
     "job_usage", "jump_idle", "make_jobs", "overcommit", "pack_keys", "place", "preempt", "prio_bits",
-    "priority_order", "profile_tput", "release", "rounds_until_event", "server_free", "server_used", "sim_round", "simulate",
-    "slot_attr", "slot_bits", "summarize", "top_up",
+    "priority_order", "profile_tput", "release", "rounds_until_event", "server_free", "server_used", "sim_round",
+    "simulate", "slot_attr", "slot_bits", "speed_model", "summarize", "top_up",
 ]

@@ -15,12 +15,14 @@ servers (Synergy's best-fit placement inside the group; a job wider than a group
   ``minimal`` (1 CPU, 20.83 GB: the grid's smallest), ``fair`` (the server's GPU-proportional share),
   ``mid`` (halfway fair -> best), ``best`` (the profiled best demand, capped to one server as in Synergy). If
   the level does not fit, the placement falls back to fair, then minimal; the chosen level stays the job's
-  target and free CPU/memory later tops it up (as Synergy re-grants a tuned-down job its demand).
-  ``fungible=False`` forces ``fair`` (the non-fungible ablation).
+  target and free CPU/memory later tops it up (as Synergy re-grants a tuned-down job its demand). The
+  non-fungible ablation restricts the policy to ``fair`` (fair shares always fit, so nothing else changes).
 * Picks of the same job by two agents, or picks that no longer fit after an earlier agent's placement, fail and
   are counted in ``info["conflicts"]``; the policy's coordination graph exists to avoid them.
-* The clock advances one round (Synergy's 300 s lease) when no agent has a valid pick or after
-  ``max_substeps`` sub-steps; rounds in which nobody could act are simulated inside the same step.
+* The clock advances one round (Synergy's 300 s lease) after ``max_substeps`` sub-steps, or when no agent has a
+  valid pick, in which case it jumps to the round of the next completion or arrival (nothing can change before
+  it). Each step does a bounded amount of work, so vmapped environments stay in lockstep; steps in which no
+  agent can act are all-no-op steps that the learner masks out.
 * Reward (shared): ``-(accrued job time + makespan_weight * elapsed time while jobs remain) / (3600 * scale)``
   over the step, so an episode's return is ``-(sum of JCTs + makespan_weight * makespan)`` in scaled hours.
   ``info["elapsed_rounds"]`` gives the semi-MDP discount exponent for GAE.
@@ -54,7 +56,6 @@ from common.sim.cluster import (
     jump_idle,
     place,
     profile_tput,
-    rounds_until_event,
     server_free,
     slot_attr,
     top_up,
@@ -73,7 +74,6 @@ class EnvConfig:
     round_s: float = 300.0
     makespan_weight: float = 2.0
     reward_scale: float = 100.0
-    fungible: bool = True
     max_rounds: int = 50_000
 
     def __post_init__(self) -> None:
@@ -93,7 +93,11 @@ class EnvState(NamedTuple):
 
 
 class MaifsEnv(MultiAgentEnv):
-    """Multi-agent scheduling over a set of job windows (an episode = one window, drawn at reset)."""
+    """Multi-agent scheduling over a set of job windows (an episode = one window, drawn at reset).
+
+    Every array (cluster, speed tables, windows) may be a tracer: build the environment inside a jitted function
+    and pass the arrays as arguments, so one compilation serves every trace and configuration of the same shape.
+    """
 
     def __init__(self, cluster: Cluster, speed: SpeedModel, demand: ModelDemand, windows: JobTable,
                  cfg: EnvConfig):
@@ -124,7 +128,7 @@ class MaifsEnv(MultiAgentEnv):
         fair = self.cl.fair_per_gpu
         bc, bm = best_demand(self.cl, self.md, model, gpus)
         best = jnp.stack([bc, bm], -1)
-        mn = jnp.broadcast_to(jnp.array([self.sm.cpu_levels[0], self.sm.mem_levels[0]], jnp.float32), fair.shape)
+        mn = jnp.broadcast_to(jnp.stack([self.sm.cpu_levels[0], self.sm.mem_levels[0]]), fair.shape)
         return jnp.stack([mn, fair, 0.5 * (fair + best), best])
 
     def level_values(self, level: jax.Array, model: jax.Array, gpus: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -199,8 +203,7 @@ class MaifsEnv(MultiAgentEnv):
                                  jnp.broadcast_to(ok[None], fits.shape)], -1).astype(jnp.float32)  # [A, K, 4]
         jobs_f = jnp.concatenate([jnp.broadcast_to(common_f[None], (a, *common_f.shape)), per_agent_f], -1)
         self_f = jnp.concatenate([own, own_tot], -1)
-        level_mask = jnp.ones((a, len(LEVELS)), bool) if self.cfg.fungible else jnp.broadcast_to(
-            jnp.arange(len(LEVELS)) == 1, (a, len(LEVELS)))
+        level_mask = jnp.ones((a, len(LEVELS)), bool)
         return {ag: {"self": self_f[i], "glob": glob, "jobs": jobs_f[i], "mask": mask[i],
                      "level_mask": level_mask[i]} for i, ag in enumerate(self.agents)}
 
@@ -218,7 +221,7 @@ class MaifsEnv(MultiAgentEnv):
         c = sim.status.shape[0]
         st = EnvState(sim, jobs, jnp.ones(c, jnp.int32), jnp.zeros((), jnp.int32),
                       jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
-        st, _, _ = self._advance(st, force=False)
+        st, _, _ = self._advance(st, force=False)  # to the first arrival
         return self.get_obs(st), st
 
     # ------------------------------------------------------------------------------------------ dynamics
@@ -236,12 +239,19 @@ class MaifsEnv(MultiAgentEnv):
         span = jnp.maximum(jnp.minimum(t, last) - jobs.arrival[0], 0.0)
         return jobs_s, span
 
-    def _round(self, st: EnvState) -> EnvState:
+    def _round(self, st: EnvState, stuck) -> EnvState:
+        """Advance the clock: one round, or (when no agent can act, ``stuck``) straight to the round of the next
+        completion or arrival, since nothing can change before it (non-preemptive agents)."""
         sim, jobs = st.sim, st.jobs
         c = sim.status.shape[0]
-        speed = jnp.where(sim.status == RUNNING,
-                          job_speed(self.sm, slot_attr(sim, jobs, "model"), job_usage(sim.occ, c)), 0.0)
-        k = rounds_until_event(sim, jobs, self.cfg.round_s, speed)
+        n = jobs.arrival.shape[0]
+        running = sim.status == RUNNING
+        speed = jnp.where(running, job_speed(self.sm, slot_attr(sim, jobs, "model"), job_usage(sim.occ, c)), 0.0)
+        fin = jnp.where(running & (speed > 0), sim.remaining / jnp.maximum(speed, 1e-9), jnp.inf).min()
+        nxt = jnp.where(sim.next_job < jobs.num_jobs, jobs.arrival[jnp.clip(sim.next_job, 0, n - 1)] - sim.t,
+                        jnp.inf)
+        k = jnp.ceil(jnp.minimum(fin, nxt) / self.cfg.round_s - 1e-6)
+        k = jnp.where(stuck & jnp.isfinite(k), jnp.clip(k, 1.0, 1e6), 1.0)
         sim = advance(self.cl, self.sm, sim, jobs, self.cfg.round_s * k)
         sim = sim._replace(t=sim.t + self.cfg.round_s * k,
                            stats=sim.stats._replace(rounds=sim.stats.rounds + k.astype(jnp.int32) - 1))
@@ -250,21 +260,13 @@ class MaifsEnv(MultiAgentEnv):
         return st._replace(sim=sim, substep=jnp.zeros((), jnp.int32))
 
     def _advance(self, st: EnvState, force) -> tuple[EnvState, jax.Array, jax.Array]:
-        """Run rounds (at least one if ``force``) until an agent can act or the episode ends.
-        Returns the state, the elapsed rounds and the reward of the elapsed time."""
+        """Advance the clock once if ``force`` or no agent can act. Returns the state, the elapsed rounds and the
+        reward of the elapsed time. Bounded work per step keeps vmapped environments in lockstep."""
         s0, m0 = self._accrued(st.sim, st.jobs)
         t0 = st.sim.t
-
-        def cond(carry):
-            s, first = carry
-            done = is_done(s.sim, s.jobs) | (s.sim.stats.rounds >= self.cfg.max_rounds)
-            return ~done & (first | ~self._any_valid(s.sim, s.jobs))
-
-        def body(carry):
-            s, _ = carry
-            return self._round(s), jnp.zeros((), bool)
-
-        st, _ = jax.lax.while_loop(cond, body, (st, jnp.asarray(force)))
+        stuck = ~self._any_valid(st.sim, st.jobs)
+        go = (force | stuck) & ~is_done(st.sim, st.jobs)
+        st = jax.lax.cond(go, lambda s: self._round(s, stuck), lambda s: s, st)
         s1, m1 = self._accrued(st.sim, st.jobs)
         reward = -((s1 - s0) + self.cfg.makespan_weight * (m1 - m0)) / (3600.0 * self.cfg.reward_scale)
         return st, (st.sim.t - t0) / self.cfg.round_s, reward
@@ -275,8 +277,6 @@ class MaifsEnv(MultiAgentEnv):
         c = sim.status.shape[0]
         cand = self.candidates(sim)
         kk = self.cfg.num_candidates
-        if not self.cfg.fungible:
-            levels = jnp.ones_like(levels)
 
         def one(carry, x):
             s, target = carry

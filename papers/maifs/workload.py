@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from common.sim.cluster import JobTable, SpeedModel, make_jobs
+from common.sim.cluster import JobTable, SpeedModel, make_jobs, speed_model
 from common.traces.gpu import PhillyJobs, SiaAppProfile, SiaWorkloads, SynergyProfiles
 from papers.maifs.baselines import ModelDemand
 
@@ -73,7 +73,7 @@ def load_profiles(synergy: SynergyProfiles, sia_apps: Mapping[str, SiaAppProfile
                   use_penalty: bool = True) -> Profiles:
     pen_task = {t: placement_penalty(sia_apps[a]) if use_penalty else 1.0 for t, a in PENALTY_SOURCE.items()}
     penalty = np.array([pen_task[t] for t in synergy.task], np.float32)
-    sm = SpeedModel(synergy.tput, synergy.cpu_levels, synergy.mem_levels, penalty)
+    sm = speed_model(synergy.tput, synergy.cpu_levels, synergy.mem_levels, penalty)
     return Profiles(sm, synergy.models, synergy.task, synergy.best_cpu.astype(np.float32),
                     synergy.best_mem.astype(np.float32), pen_task)
 
