@@ -558,7 +558,7 @@ def slot_bits(num_slots: int) -> int:
 def float_key(x: jax.Array, bits: int) -> jax.Array:
     """Monotone map of float32 values to non-negative ints of ``bits`` bits (keeps sign, exponent and the top
     ``bits - 9`` mantissa bits, i.e. a relative resolution of ``2**-(bits - 9)``)."""
-    i = jax.lax.bitcast_convert_type(jnp.asarray(x, jnp.float32), jnp.int32)
+    i = jax.lax.bitcast_convert_type(jnp.asarray(x, jnp.float32) + 0.0, jnp.int32)  # -0.0 -> +0.0
     mono = jnp.where(i >= 0, i, i ^ INT_MAX)  # signed order of floats
     return ((mono >> (32 - bits)) + (1 << (bits - 1))).astype(jnp.int32)
 

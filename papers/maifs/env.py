@@ -9,8 +9,10 @@ servers (Synergy's best-fit placement inside the group; a job wider than a group
 * Observation per agent (a dict): ``self`` (free GPU/CPU/memory fraction of each of its servers, its totals),
   ``glob`` (cluster free fractions, queue and running counts, sub-step), ``jobs`` ``[K, F]`` (per candidate:
   present, GPUs, remaining fair-share hours, waiting hours, profiled speed at the minimal / fair / best
-  allocation, task class, whether it fits on this agent's servers, on one of them, and its spans), ``mask``
-  ``[K + 1]`` (valid picks; no-op only when nothing fits: work-conserving, like every baseline).
+  allocation, placement penalty, attained hours, queue position, whether it fits on this agent's servers, on one
+  of them, whether it is wider than a group), ``levels`` ``[K, L, 3]`` (per allocation level: profiled speed,
+  CPU and memory per GPU relative to fair share), ``mask`` ``[K + 1]`` (valid picks; no-op only when nothing
+  fits: work-conserving, like every baseline).
 * Action per agent: ``int32[2]`` = (pick in ``0..K`` with ``K`` = no-op, level in ``0..3``). Levels per GPU:
   ``minimal`` (1 CPU, 20.83 GB: the grid's smallest), ``fair`` (the server's GPU-proportional share),
   ``mid`` (halfway fair -> best), ``best`` (the profiled best demand, capped to one server as in Synergy). If
@@ -203,8 +205,10 @@ class MaifsEnv(MultiAgentEnv):
                                  jnp.broadcast_to(ok[None], fits.shape)], -1).astype(jnp.float32)  # [A, K, 4]
         jobs_f = jnp.concatenate([jnp.broadcast_to(common_f[None], (a, *common_f.shape)), per_agent_f], -1)
         self_f = jnp.concatenate([own, own_tot], -1)
+        fair0 = self.cl.fair_per_gpu[0]
+        level_f = jnp.concatenate([sp[..., None], lv[:, :, 0, :] / fair0], -1) * ok[:, None, None]  # [K, L, 3]
         level_mask = jnp.ones((a, len(LEVELS)), bool)
-        return {ag: {"self": self_f[i], "glob": glob, "jobs": jobs_f[i], "mask": mask[i],
+        return {ag: {"self": self_f[i], "glob": glob, "jobs": jobs_f[i], "levels": level_f, "mask": mask[i],
                      "level_mask": level_mask[i]} for i, ag in enumerate(self.agents)}
 
     def get_avail_actions(self, state: EnvState) -> dict:
@@ -219,9 +223,10 @@ class MaifsEnv(MultiAgentEnv):
         jobs = self._window(w)
         sim = init_state(self.cl, jobs, self.sim_cfg)
         c = sim.status.shape[0]
+        sim = jump_idle(sim, jobs, self.cfg.round_s)
+        sim = admit(sim, jobs, self.sim_cfg)  # the window's first arrivals
         st = EnvState(sim, jobs, jnp.ones(c, jnp.int32), jnp.zeros((), jnp.int32),
                       jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
-        st, _, _ = self._advance(st, force=False)  # to the first arrival
         return self.get_obs(st), st
 
     # ------------------------------------------------------------------------------------------ dynamics

@@ -6,15 +6,16 @@
    that agent sees them -> ``e_ik``; ``h_i`` += a projection of the mean of its valid job embeddings.
 2. **Multi-agent attention** (MAAC-style, Iqbal & Sha, ICML'19): ``h_i`` attends over every agent's embedding
    (scaled dot product, residual), so each agent's decision uses the resource state other agents observe.
-3. Pick logits ``s_ik = MLP([h_i, e_ik])`` plus a no-op logit from ``h_i``.
+3. Pick logits ``s_ik = <W h_i, e_ik> / sqrt(H) + u(e_ik)`` plus a no-op logit from ``h_i``.
 4. **Dynamic coordination graph** (after DCG, Boehmer et al., ICML'20, adapted to a policy-gradient actor):
    the edge weight between agents ``i != j`` is the probability that their current pick distributions collide on
    the same job, ``w_ij = sum_k p_i(k) p_j(k)``; agents exchange messages along these edges
    (``h_i += sum_j w_ij MLP([h_j, E_pj[e_j]])``) and recompute their logits. Sampling then resolves the remaining
    conflicts along the graph: agents act in index order and a job taken by an earlier agent is masked for later
    ones (an autoregressive joint policy, so ``log pi(a) = sum_i log pi_i(a_i | s, a_<i)`` is exact for PPO).
-5. Level logits for the picked job: ``MLP([h_i, e_i,pick])``; the critic reads the mean agent embedding after
-   attention plus the global features (a centralised value, MAPPO).
+5. Level logits for the picked job: ``MLP([h_i, e_i,pick]) + w . f_level`` where ``f_level`` is each level's
+   profiled speed and CPU/memory cost (``w`` starts preferring the faster level); the critic reads the mean agent
+   embedding after attention plus the global features (a centralised value, MAPPO).
 
 Ablations are a traced :class:`Variant` (so all variants share one compiled training and vmap together):
 ``attention=0`` skips step 2 (agents see only their own group); ``coordination=0`` skips step 4 and samples
@@ -60,6 +61,15 @@ def variant(attention: bool = True, coordination: bool = True, fungible: bool = 
     return Variant(*(jnp.asarray(float(x), jnp.float32) for x in (attention, coordination, fungible)))
 
 
+def level_prior(rngs: nnx.Rngs) -> nnx.Linear:
+    """Linear score of an allocation level from (profiled speed, CPU/fair, memory/fair), initialised to prefer
+    the faster level (weight 3 on speed, 0 on cost); training moves it."""
+    lin = nnx.Linear(3, 1, rngs=rngs)
+    lin.kernel.value = jnp.array([[3.0], [0.0], [0.0]])
+    lin.bias.value = jnp.zeros(1)
+    return lin
+
+
 class Heads(NamedTuple):
     pick: jax.Array  # [A, K+1] raw logits (callers mask them)
     emb: jax.Array  # [A, H] final agent embeddings
@@ -70,7 +80,7 @@ class Heads(NamedTuple):
 class MaifsNet(nnx.Module):
     """Actor-critic over stacked per-agent observations (leading axis = agent)."""
 
-    def __init__(self, self_dim: int, glob_dim: int, job_dim: int, levels: int, hidden: int = 64, *,
+    def __init__(self, self_dim: int, glob_dim: int, job_dim: int, levels: int, hidden: int = 32, *,
                  rngs: nnx.Rngs):
         h = hidden
         self.hidden = hidden
@@ -80,16 +90,25 @@ class MaifsNet(nnx.Module):
         self.q = nnx.Linear(h, h, rngs=rngs)
         self.k = nnx.Linear(h, h, rngs=rngs)
         self.v = nnx.Linear(h, h, rngs=rngs)
-        self.pick = MLP((2 * h, h, 1), rngs, final_scale=0.01)
+        self.pick_q = nnx.Linear(h, h, rngs=rngs)
+        self.pick_u = nnx.Linear(h, 1, rngs=rngs)
         self.noop = MLP((h, h, 1), rngs, final_scale=0.01)
+        self.pick_q.kernel.value = self.pick_q.kernel.value * 0.01
+        self.pick_u.kernel.value = self.pick_u.kernel.value * 0.01
         self.msg = MLP((2 * h, h, h), rngs)
         self.level = MLP((2 * h, h, levels), rngs, final_scale=0.01)
+        self.level_lin = level_prior(rngs)
+        self.pick_lin = nnx.Linear(job_dim, 1, rngs=rngs)
+        self.pick_lin.kernel.value = self.pick_lin.kernel.value * 0.0
         self.critic = MLP((h + glob_dim, h, 1), rngs)
 
     def _logits(self, hi, e):
-        a, kk, h = e.shape
-        s = self.pick(jnp.concatenate([jnp.broadcast_to(hi[:, None], (a, kk, h)), e], -1))[..., 0]
+        # bilinear agent-job score plus a per-job utility: cheap enough to evaluate for every (agent, job) pair
+        s = jnp.einsum("ah,akh->ak", self.pick_q(hi), e) / jnp.sqrt(self.hidden) + self.pick_u(e)[..., 0]
         return jnp.concatenate([s, self.noop(hi)], -1)
+
+    def _pick_direct(self, jobs):
+        return jnp.concatenate([self.pick_lin(jobs)[..., 0], jnp.zeros(jobs.shape[:1] + (1,))], -1)
 
     def __call__(self, obs: dict, var: Variant) -> Heads:
         mask = obs["mask"]  # [A, K+1]
@@ -102,19 +121,23 @@ class MaifsNet(nnx.Module):
         att = jax.nn.softmax(self.q(hi) @ self.k(hi).T / jnp.sqrt(self.hidden), axis=-1)  # [A, A]
         hi = hi + var.attention * (att @ self.v(hi))
         value = self.critic(jnp.concatenate([hi.mean(0), obs["glob"][0]], -1))[0]
-        logits = self._logits(hi, e)
+        direct = self._pick_direct(obs["jobs"])  # a linear path from raw job features (e.g. remaining work)
+        logits = self._logits(hi, e) + direct
         p = jax.nn.softmax(ppo.masked_logits(logits, mask), -1)[:, :-1]  # [A, K] pick probabilities (no no-op)
         w = p @ p.T * (1.0 - jnp.eye(a))  # collision probability = dynamic edge weights
         intent = (p[:, :, None] * e).sum(1)  # expected picked-job embedding
         hc = hi + w @ self.msg(jnp.concatenate([hi, intent], -1))
-        logits = jnp.where(var.coordination > 0, self._logits(hc, e), logits)
+        logits = jnp.where(var.coordination > 0, self._logits(hc, e) + direct, logits)
         hi = jnp.where(var.coordination > 0, hc, hi)
         return Heads(logits, hi, e, value)
 
-    def level_logits(self, heads: Heads, picks: jax.Array, level_mask: jax.Array) -> jax.Array:
+    def level_logits(self, heads: Heads, picks: jax.Array, levels: jax.Array) -> jax.Array:
+        """``[A, L]`` logits of the allocation level for each agent's pick; ``levels`` ``[A, K, L, 3]``."""
         kk = heads.jobs.shape[1]
-        ej = jnp.take_along_axis(heads.jobs, jnp.clip(picks, 0, kk - 1)[:, None, None], axis=1)[:, 0]
-        return self.level(jnp.concatenate([heads.emb, ej], -1))
+        idx = jnp.clip(picks, 0, kk - 1)
+        ej = jnp.take_along_axis(heads.jobs, idx[:, None, None], axis=1)[:, 0]
+        f = jnp.take_along_axis(levels, idx[:, None, None, None], axis=1)[:, 0]  # [A, L, 3]
+        return self.level(jnp.concatenate([heads.emb, ej], -1)) + self.level_lin(f)[..., 0]
 
 
 class FlatNet(nnx.Module):
@@ -130,6 +153,7 @@ class FlatNet(nnx.Module):
         self.vf = nnx.Linear(hidden, 1, rngs=rngs)
         self.pi.kernel.value = self.pi.kernel.value * 0.01
         self.lv.kernel.value = self.lv.kernel.value * 0.01
+        self.level_lin = level_prior(rngs)
 
     def __call__(self, obs: dict, var: Variant) -> Heads:
         x = jnp.concatenate([obs["self"], obs["glob"], obs["jobs"].reshape(obs["jobs"].shape[0], -1)], -1)
@@ -138,8 +162,10 @@ class FlatNet(nnx.Module):
         lv = self.lv(z).reshape(z.shape[0], self.num_jobs, self.levels)
         return Heads(logits, z, lv, self.vf(z)[0, 0])
 
-    def level_logits(self, heads: Heads, picks: jax.Array, level_mask: jax.Array) -> jax.Array:
-        return jnp.take_along_axis(heads.jobs, jnp.clip(picks, 0, self.num_jobs - 1)[:, None, None], axis=1)[:, 0]
+    def level_logits(self, heads: Heads, picks: jax.Array, levels: jax.Array) -> jax.Array:
+        idx = jnp.clip(picks, 0, self.num_jobs - 1)
+        f = jnp.take_along_axis(levels, idx[:, None, None, None], axis=1)[:, 0]
+        return jnp.take_along_axis(heads.jobs, idx[:, None, None], axis=1)[:, 0] + self.level_lin(f)[..., 0]
 
 
 # ---------------------------------------------------------------------------------------------- joint action
@@ -189,14 +215,14 @@ def act(model, obs: dict, key: jax.Array | None, var: Variant, *, greedy: bool =
     if replay is None:
         kp, kl = jax.random.split(key)
         picks, masks = _conditional_masks(obs["mask"], None, kp, heads.pick, var.coordination > 0, greedy)
-        lv_logits = model.level_logits(heads, picks, lmask)
+        lv_logits = model.level_logits(heads, picks, obs["levels"])
         if greedy:
             levels = ppo.categorical_mode(lv_logits, lmask)
         else:
             levels = ppo.categorical_sample(kl, lv_logits, lmask)
     else:
         picks, levels, masks = replay
-        lv_logits = model.level_logits(heads, picks, lmask)
+        lv_logits = model.level_logits(heads, picks, obs["levels"])
     kk = masks.shape[1] - 1
     placed = picks < kk
     lp = ppo.categorical_log_prob(heads.pick, picks, masks) + jnp.where(

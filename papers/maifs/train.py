@@ -41,7 +41,7 @@ class TrainConfig:
     rollout_len: int = 64
     num_updates: int = 60
     updates_per_chunk: int = 10
-    epochs: int = 4
+    epochs: int = 3
     minibatches: int = 4
     lr: float = 3e-4
     gamma: float = 0.99  # per 300 s round
@@ -50,7 +50,7 @@ class TrainConfig:
     ent_coef: float = 0.01
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
-    hidden: int = 64
+    hidden: int = 32
     network: str = "maifs"  # maifs | flat (single agent, DL2-style)
 
     def __post_init__(self) -> None:
