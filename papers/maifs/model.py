@@ -39,7 +39,7 @@ class MLP(nnx.Module):
     def __init__(self, sizes: tuple[int, ...], rngs: nnx.Rngs, final_scale: float = 1.0):
         self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:], strict=True)])
         last = self.layers[-1]
-        last.kernel.value = last.kernel.value * final_scale
+        last.kernel.set_value(last.kernel.get_value() * final_scale)
 
     def __call__(self, x):
         for i, layer in enumerate(self.layers):
@@ -65,8 +65,8 @@ def level_prior(rngs: nnx.Rngs) -> nnx.Linear:
     """Linear score of an allocation level from (profiled speed, CPU/fair, memory/fair), initialised to prefer
     the faster level (weight 3 on speed, 0 on cost); training moves it."""
     lin = nnx.Linear(3, 1, rngs=rngs)
-    lin.kernel.value = jnp.array([[3.0], [0.0], [0.0]])
-    lin.bias.value = jnp.zeros(1)
+    lin.kernel.set_value(jnp.array([[3.0], [0.0], [0.0]]))
+    lin.bias.set_value(jnp.zeros(1))
     return lin
 
 
@@ -93,13 +93,13 @@ class MaifsNet(nnx.Module):
         self.pick_q = nnx.Linear(h, h, rngs=rngs)
         self.pick_u = nnx.Linear(h, 1, rngs=rngs)
         self.noop = MLP((h, h, 1), rngs, final_scale=0.01)
-        self.pick_q.kernel.value = self.pick_q.kernel.value * 0.01
-        self.pick_u.kernel.value = self.pick_u.kernel.value * 0.01
+        self.pick_q.kernel.set_value(self.pick_q.kernel.get_value() * 0.01)
+        self.pick_u.kernel.set_value(self.pick_u.kernel.get_value() * 0.01)
         self.msg = MLP((2 * h, h, h), rngs)
         self.level = MLP((2 * h, h, levels), rngs, final_scale=0.01)
         self.level_lin = level_prior(rngs)
         self.pick_lin = nnx.Linear(job_dim, 1, rngs=rngs)
-        self.pick_lin.kernel.value = self.pick_lin.kernel.value * 0.0
+        self.pick_lin.kernel.set_value(self.pick_lin.kernel.get_value() * 0.0)
         self.critic = MLP((h + glob_dim, h, 1), rngs)
 
     def _logits(self, hi, e):
@@ -151,8 +151,8 @@ class FlatNet(nnx.Module):
         self.pi = nnx.Linear(hidden, num_jobs + 1, rngs=rngs)
         self.lv = nnx.Linear(hidden, num_jobs * levels, rngs=rngs)
         self.vf = nnx.Linear(hidden, 1, rngs=rngs)
-        self.pi.kernel.value = self.pi.kernel.value * 0.01
-        self.lv.kernel.value = self.lv.kernel.value * 0.01
+        self.pi.kernel.set_value(self.pi.kernel.get_value() * 0.01)
+        self.lv.kernel.set_value(self.lv.kernel.get_value() * 0.01)
         self.level_lin = level_prior(rngs)
 
     def __call__(self, obs: dict, var: Variant) -> Heads:

@@ -126,7 +126,7 @@ class MaifsParams:
 
     # evaluation windows (Philly: the unseen later slice; Saturn: the held-out workload files)
     jobs_per_window: int = 160
-    rate_jobs_per_h: float = 10.0
+    rate_jobs_per_h: float = 8.0
     eval_start: str = "2017-11-01"
     eval_end: str = "2017-12-22"
     class_split: list[float] = field(default_factory=lambda: [20.0, 70.0, 10.0])
@@ -142,7 +142,7 @@ class MaifsParams:
     num_envs: int = 16
     rollout_len: int = 64
     # multi-agent environment
-    servers_per_agent: int = 4
+    servers_per_agent: int = 2
     num_candidates: int = 16
     max_substeps: int = 16
     makespan_weight: float = 2.0
