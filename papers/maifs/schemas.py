@@ -1,0 +1,178 @@
+"""Config schemas of the MAIFS reproduction (registered in Hydra's ConfigStore; value checks in __post_init__)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from common.repro.schema import BaseHardware, BasePolicy, register_schema
+from common.sim.cluster import ClusterSpec
+
+
+@dataclass
+class GpuClusterHardware(BaseHardware):
+    """A simulated GPU cluster: ``racks x servers_per_rack`` identical servers, or the nodes of a node list.
+
+    With ``node_list`` (a CSV under ``data/`` with ``sn,cpu_milli,memory_mib,gpu,model``) the servers are the
+    nodes with at least ``node_min_gpus`` GPUs, ``num_servers`` of them evenly spaced through the list (0 = all);
+    ``servers_per_rack`` groups them into racks.
+    """
+
+    kind: str = "gpu_cluster"
+    racks: int = 1
+    servers_per_rack: int = 16
+    gpus_per_server: int = 8
+    cpus_per_server: float = 24.0
+    mem_gb_per_server: float = 500.0
+    lease_s: float = 300.0
+    node_list: str = ""
+    node_min_gpus: int = 1
+    num_servers: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind != "gpu_cluster":
+            raise ValueError(f"hardware.kind must be 'gpu_cluster', got {self.kind!r}")
+        if min(self.racks, self.servers_per_rack, self.gpus_per_server) < 1:
+            raise ValueError("racks, servers_per_rack and gpus_per_server must be >= 1")
+        if self.cpus_per_server <= 0 or self.mem_gb_per_server <= 0 or self.lease_s <= 0:
+            raise ValueError("cpus_per_server, mem_gb_per_server and lease_s must be > 0")
+        if self.num_servers < 0 or self.node_min_gpus < 1:
+            raise ValueError("num_servers must be >= 0 and node_min_gpus >= 1")
+
+    def spec(self, data_dir: str | Path) -> ClusterSpec:
+        if not self.node_list:
+            return ClusterSpec.uniform(self.racks, self.servers_per_rack, self.gpus_per_server,
+                                       self.cpus_per_server, self.mem_gb_per_server, self.name)
+        from common.traces._io import resolve
+        from common.traces.gpu import load_alibaba_nodes
+
+        nodes = load_alibaba_nodes(resolve(data_dir, self.node_list))
+        idx = np.flatnonzero(nodes.gpus >= self.node_min_gpus)
+        if idx.size == 0:
+            raise ValueError(f"{self.node_list}: no node has >= {self.node_min_gpus} GPUs")
+        if self.num_servers:
+            if self.num_servers > idx.size:
+                raise ValueError(f"{self.node_list}: {idx.size} eligible nodes < num_servers={self.num_servers}")
+            idx = idx[np.linspace(0, idx.size - 1, self.num_servers).round().astype(int)]
+        return ClusterSpec.from_servers(nodes.gpus[idx], nodes.cpu_milli[idx] / 1000.0,
+                                        nodes.memory_mib[idx] / 1024.0,
+                                        np.arange(idx.size) // self.servers_per_rack, self.name)
+
+
+@dataclass
+class HeuristicPolicy(BasePolicy):
+    """A baseline scheduler (see papers/maifs/baselines.py)."""
+
+    kind: str = "heuristic"
+    order: str = "fifo"
+    allocation: str = "fair"
+    preemptive: bool = True
+    tiresias_thresholds_gpu_h: list[float] = field(default_factory=lambda: [1.0, 10.0])
+    starvation_factor: float = 0.0
+    tetris_epsilon: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.kind != "heuristic":
+            raise ValueError(f"policy.kind must be 'heuristic', got {self.kind!r}")
+        self.heuristic()  # validates order, allocation, thresholds
+
+    def heuristic(self):
+        from papers.maifs.baselines import Heuristic
+
+        return Heuristic(self.order, self.allocation, self.preemptive, tuple(self.tiresias_thresholds_gpu_h),
+                         self.starvation_factor, self.tetris_epsilon)
+
+
+@dataclass
+class RLPolicy(BasePolicy):
+    """A learned scheduler: MAIFS (``network: maifs``, with its ablation switches) or the single-agent DL2-style
+    baseline (``network: flat``). Training budgets are experiment params (they scale with the profile)."""
+
+    kind: str = "rl"
+    network: str = "maifs"
+    attention: bool = True
+    coordination: bool = True
+    fungible: bool = True
+    hidden: int = 32
+    lr: float = 3e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    ent_coef: float = 0.01
+    epochs: int = 3
+    minibatches: int = 4
+
+    def __post_init__(self) -> None:
+        if self.kind != "rl":
+            raise ValueError(f"policy.kind must be 'rl', got {self.kind!r}")
+        if self.network not in ("maifs", "flat"):
+            raise ValueError(f"network must be 'maifs' or 'flat', got {self.network!r}")
+        if self.network == "flat" and (self.attention or self.coordination):
+            raise ValueError("the flat single-agent network has no attention or coordination graph")
+        if self.hidden < 1 or self.lr <= 0 or not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
+            raise ValueError("need hidden >= 1, lr > 0, 0 < gamma <= 1, 0 <= gae_lambda <= 1")
+
+    def hyper(self) -> tuple:
+        """The training hyper-parameters that must agree between variants trained together."""
+        return (self.hidden, self.lr, self.gamma, self.gae_lambda, self.clip_eps, self.ent_coef, self.epochs,
+                self.minibatches)
+
+
+@dataclass
+class MaifsParams:
+    """Workloads, training budget and environment knobs shared by the MAIFS experiments."""
+
+    # evaluation windows (Philly: the unseen later slice; Saturn: the held-out workload files)
+    jobs_per_window: int = 160
+    rate_jobs_per_h: float = 8.0
+    eval_start: str = "2017-11-01"
+    eval_end: str = "2017-12-22"
+    class_split: list[float] = field(default_factory=lambda: [20.0, 70.0, 10.0])
+    saturn_eval: list[str] = field(default_factory=lambda: [f"workload-{i}" for i in range(6, 11)])
+    saturn_rate_scale: float = 1.0
+    # training set: earlier Philly slice + the other Saturn workload files (one policy for both traces)
+    train_start: str = "2017-09-04"
+    train_end: str = "2017-11-01"
+    train_windows: int = 40
+    saturn_train: list[str] = field(default_factory=lambda: [f"workload-{i}" for i in range(1, 6)])
+    num_updates: int = 24
+    updates_per_chunk: int = 4
+    num_envs: int = 16
+    rollout_len: int = 64
+    # multi-agent environment
+    servers_per_agent: int = 2
+    num_candidates: int = 16
+    max_substeps: int = 16
+    makespan_weight: float = 2.0
+    reward_scale: float = 100.0
+    # heuristics: pending jobs tried per round
+    lookahead: int = 64
+    # load sweep: target arrival rates (jobs/h) of the Philly evaluation windows
+    rates: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        positive = ("jobs_per_window", "rate_jobs_per_h", "saturn_rate_scale", "train_windows", "num_updates",
+                    "updates_per_chunk", "num_envs", "rollout_len", "servers_per_agent", "num_candidates",
+                    "max_substeps", "reward_scale", "lookahead")
+        for k in positive:
+            if getattr(self, k) <= 0:
+                raise ValueError(f"params.{k} must be > 0, got {getattr(self, k)}")
+        if self.num_updates % self.updates_per_chunk:
+            raise ValueError("params.num_updates must be a multiple of params.updates_per_chunk")
+        if len(self.class_split) != 3 or min(self.class_split) < 0 or sum(self.class_split) <= 0:
+            raise ValueError("params.class_split needs 3 non-negative weights (image, language, speech)")
+        if any(r <= 0 for r in self.rates):
+            raise ValueError("params.rates must be positive")
+        if set(self.saturn_eval) & set(self.saturn_train):
+            raise ValueError("params.saturn_eval and params.saturn_train must not overlap (held-out evaluation)")
+        if self.makespan_weight < 0:
+            raise ValueError("params.makespan_weight must be >= 0")
+
+
+register_schema("hardware", "gpu_cluster", GpuClusterHardware)
+register_schema("policy", "maifs_heuristic", HeuristicPolicy)
+register_schema("policy", "maifs_rl", RLPolicy)
+
+__all__ = ["GpuClusterHardware", "HeuristicPolicy", "MaifsParams", "RLPolicy"]
