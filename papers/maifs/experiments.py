@@ -61,7 +61,8 @@ def _run_policies(ctx: RunContext, names: list[str], windows, d, spec, cl, param
         group = {n: p for n, p in rl.items() if p.network == family}
         if group:
             allv = _all_variants(ctx, family)
-            tr = runner.train_policies(allv, d, params, cl, ctx.hardware.lease_s, seeds, ctx.progress)
+            tr = runner.train_policies(allv, d, params, cl, ctx.hardware.lease_s, seeds, ctx.progress,
+                                        checkpoints=ctx.checkpointer)
             trained.update({n: tr for n in group})
     ctx.progress.start(len(names), f"policies{tag}")
     for n in names:
@@ -180,7 +181,8 @@ def ablation(ctx: RunContext) -> pd.DataFrame:
         pols = {n: q for n, q in ctx.policies.items() if isinstance(q, RLPolicy) and q.network == family}
         if not pols:
             continue
-        tr = runner.train_policies(_all_variants(ctx, family), d, p, cl, ctx.hardware.lease_s, ctx.seeds())
+        tr = runner.train_policies(_all_variants(ctx, family), d, p, cl, ctx.hardware.lease_s, ctx.seeds(),
+                                    checkpoints=ctx.checkpointer)
         steps = p.num_envs * p.rollout_len
         for n in pols:
             v = tr.names.index(n)

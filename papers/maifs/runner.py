@@ -183,9 +183,10 @@ def _variant_of(pol: RLPolicy) -> Variant:
 
 
 def train_policies(pols: dict[str, RLPolicy], d: Data, p: MaifsParams, cl: Cluster, lease_s: float,
-                   seeds: np.ndarray, progress=None) -> Trained:
+                   seeds: np.ndarray, progress=None, checkpoints=None) -> Trained:
     """Train every policy in ``pols`` (same network family and hyper-parameters) for every seed in one vmapped
-    run, memoised for the process."""
+    run, memoised for the process. ``checkpoints`` (e.g. ``ctx.checkpointer``) maps a name to an orbax
+    Checkpointer or None: given one, the training saves after every chunk and a killed run resumes from it."""
     import time
 
     names = sorted(pols)
@@ -218,7 +219,8 @@ def train_policies(pols: dict[str, RLPolicy], d: Data, p: MaifsParams, cl: Clust
         if progress is not None:
             progress.update(1, f"train JCT {np.nanmean(np.asarray(m['jct_h'])):.2f} h")
 
-    rs, hist = run_chunked(lambda r: chunk_v(r, var, prob), rs, n_chunks, None, on_chunk=on_chunk)
+    ckpt = checkpoints(f"train-{key[:16]}") if checkpoints is not None else None
+    rs, hist = run_chunked(lambda r: chunk_v(r, var, prob), rs, n_chunks, ckpt, on_chunk=on_chunk)
     curves = {k: np.concatenate([np.asarray(h[k]) for h in hist], axis=1) for k in hist[0]}
     out = Trained(names, seeds, rs.params, var, curves, env_cfg, cfg, time.monotonic() - t0)
     _TRAINED[key] = out
