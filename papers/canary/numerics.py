@@ -144,8 +144,15 @@ def _sum0(x: jax.Array) -> jax.Array:
     return out
 
 
-def aggregate(g: jax.Array, ex: Exchange, layout: Layout, gidx: jax.Array) -> jax.Array:
-    """Sum over workers of ``g [N, D]`` as the protocol computes it; returns ``[D]``."""
+def aggregate(g: jax.Array, ex: Exchange, layout: Layout, gidx: jax.Array | None = None,
+              flat_pos: jax.Array | None = None) -> jax.Array:
+    """Sum over workers of ``g [N, D]`` as the protocol computes it; returns ``[D]``.
+
+    ``gidx`` / ``flat_pos`` (:meth:`Layout.gather_index`, :meth:`Layout.flat_position`) may be passed in as traced
+    arrays so they are not baked into the compiled program as constants.
+    """
+    gidx = layout.gather_index() if gidx is None else gidx
+    flat_pos = layout.flat_position() if flat_pos is None else flat_pos
     n_w, d = g.shape
     piece = layout.piece_elems
     if ex.kind == "exact":
@@ -174,7 +181,7 @@ def aggregate(g: jax.Array, ex: Exchange, layout: Layout, gidx: jax.Array) -> ja
             for slot in range(src.shape[1]):
                 x = x + jnp.asarray(weight[j, slot])[..., None] * moved[src[j, slot], qi]
         agg = _rt_rows(x[owner, np.arange(layout.num_pieces)], ex.sketch, valid)  # [Q, L]
-        return agg.reshape(-1)[jnp.asarray(layout.flat_position())]
+        return agg.reshape(-1)[flat_pos]
     raise ValueError(f"aggregate() does not handle {ex.kind!r}")
 
 
@@ -219,19 +226,18 @@ def make_train(setup: Setup, ex: Exchange):
     d = int(flat0.size)
     if d != lay.size:
         raise ValueError(f"layout covers {lay.size} parameters, model has {d}")
-    gidx = jnp.asarray(lay.gather_index())
-    flat_pos = jnp.asarray(lay.flat_position())
-    xtr, ytr = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
-    xte, yte = jnp.asarray(data.x_test), jnp.asarray(data.y_test)
-    shard = data.x_train.shape[0] // n_w
+    gidx = lay.gather_index()
+    flat_pos = lay.flat_position()
+    n_train = data.x_train.shape[0]
+    shard = n_train // n_w
     if shard < B:
-        raise ValueError(f"{data.x_train.shape[0]} training examples cannot give {n_w} workers a batch of {B}")
+        raise ValueError(f"{n_train} training examples cannot give {n_w} workers a batch of {B}")
     asynchronous = ex.visible is not None
     masks, window = _masks(ex, T, n_w, lay) if asynchronous else (None, 0)
     if ex.kind == "ako":
         p = ex.ako_partitions
         m = -(-d // p)
-        part_rows = jnp.asarray(np.mod(np.arange(T)[:, None] - np.arange(window)[None, :], p))
+        part_rows = np.mod(np.arange(T)[:, None] - np.arange(window)[None, :], p)
 
     def to_tree(theta):
         return unravel(theta)
@@ -249,7 +255,7 @@ def make_train(setup: Setup, ex: Exchange):
 
     def init(seed, flat_init):
         key = jax.random.key(seed)
-        order = jax.random.permutation(key, xtr.shape[0])[: shard * n_w].reshape(n_w, shard)
+        order = jax.random.permutation(key, n_train)[: shard * n_w].reshape(n_w, shard)
         theta = flat_init
         if asynchronous:
             theta = jnp.broadcast_to(theta, (n_w, d))
@@ -261,18 +267,20 @@ def make_train(setup: Setup, ex: Exchange):
             st["buf"] = jnp.zeros((window, lay.num_pieces, lay.piece_elems))
         return st
 
-    def step(st, xs):
+    def step(c, st, xs):
+        """One iteration; ``c`` holds the data, masks and index arrays (jit arguments, not constants)."""
         t, mask = xs
+        gidx, flat_pos = c["gidx"], c["flat_pos"]
         pos = (t * B + jnp.arange(B)) % shard
         idx = st["order"][:, pos]
-        x, y = xtr[idx], ytr[idx]
+        x, y = c["xtr"][idx], c["ytr"][idx]
         st = dict(st)
         if not asynchronous:
             if ex.kind == "exact":
                 g_sum, loss = summed_grad(st["theta"], x, y)
             else:
                 loss, g = shared_grad(st["theta"], x, y)
-                g_sum = aggregate(g, ex, lay, gidx)
+                g_sum = aggregate(g, ex, lay, gidx, flat_pos)
             delta = g_sum / n_w
         else:
             loss, g = per_replica_grad(st["theta"], x, y)
@@ -284,11 +292,11 @@ def make_train(setup: Setup, ex: Exchange):
                 st["acc"] = lax.dynamic_update_slice_in_dim(acc, jnp.zeros_like(msg), row * m, axis=1)
                 st["buf"] = buf = st["buf"].at[t % window].set(msg)
                 got = jnp.einsum("ras,asm->ram", mask.astype(g.dtype), buf[ages])  # [N_r, age, m]
-                onehot = jax.nn.one_hot(part_rows[t], p, dtype=g.dtype)  # [age, p]
+                onehot = jax.nn.one_hot(c["part_rows"][t], p, dtype=g.dtype)  # [age, p]
                 placed = jnp.einsum("ram,ap->rpm", got, onehot).reshape(n_w, p * m)[:, :d]
                 delta = (g + placed) / n_w
             else:
-                agg = aggregate(g, ex, lay, gidx)
+                agg = aggregate(g, ex, lay, gidx, flat_pos)
                 pieces = jnp.concatenate([agg, jnp.zeros(1)])[gidx]  # [Q, L]
                 st["buf"] = buf = st["buf"].at[t % window].set(pieces)
                 got = jnp.einsum("waq,aql->wql", mask.astype(g.dtype), buf[ages])  # [N, Q, L]
@@ -298,30 +306,35 @@ def make_train(setup: Setup, ex: Exchange):
         st["theta"] = st["theta"] - setup.lr * v
         return st, jnp.mean(loss)
 
-    def evaluate(theta):
-        return accuracy(apply(to_tree(theta[0] if asynchronous else theta), xte), yte)
+    def evaluate(c, theta):
+        return accuracy(apply(to_tree(theta[0] if asynchronous else theta), c["xte"]), c["yte"])
 
-    def run_one(seed, flat_init):
+    def run_one(seed, flat_init, c):
         st = init(seed, flat_init)
-        acc0 = evaluate(st["theta"])
+        acc0 = evaluate(c, st["theta"])
 
         def block(st, b):
             ts = b * E + jnp.arange(E)
-            ms = masks_dev[ts + 1] if asynchronous else jnp.zeros((E,))
-            st, losses = lax.scan(step, st, (ts, ms))
-            return st, (evaluate(st["theta"]), losses.mean())
+            ms = c["masks"][ts + 1] if asynchronous else jnp.zeros((E,))
+            st, losses = lax.scan(lambda s_, xs: step(c, s_, xs), st, (ts, ms))
+            return st, (evaluate(c, st["theta"]), losses.mean())
 
         st, (accs, losses) = lax.scan(block, st, jnp.arange(T // E))
         return {"acc": jnp.concatenate([acc0[None], accs]), "loss": losses}
 
-    masks_dev = jnp.asarray(masks) if asynchronous else None
-    run = jax.jit(jax.vmap(run_one))
+    consts = {"xtr": data.x_train, "ytr": data.y_train, "xte": data.x_test, "yte": data.y_test,
+              "gidx": gidx, "flat_pos": flat_pos}
+    if asynchronous:
+        consts["masks"] = masks
+    if ex.kind == "ako":
+        consts["part_rows"] = part_rows
+    run = jax.jit(jax.vmap(run_one, in_axes=(0, 0, None)))
 
     def train(seeds) -> dict[str, np.ndarray]:
         """Train one replica set per seed (model init and data shards both follow the seed)."""
         inits = jnp.stack([ravel_pytree(pure(make_model(setup.model, data.in_shape, data.num_classes,
                                                         seed=int(s)))[1])[0] for s in seeds])
-        out = run(jnp.asarray(seeds, dtype=jnp.int32), inits)
+        out = run(jnp.asarray(seeds, dtype=jnp.int32), inits, jax.tree.map(jnp.asarray, consts))
         res = {k: np.asarray(v) for k, v in out.items()}
         if not np.all(np.isfinite(res["loss"])):
             raise FloatingPointError(f"{ex.kind}: training diverged (non-finite loss)")
