@@ -105,35 +105,38 @@ def _rt_flat(x: jax.Array, piece: int, enabled: bool) -> jax.Array:
     return _rt_rows(xp, True, valid).reshape((*x.shape[:-1], -1))[..., :m]
 
 
-def tree_arrays(n: int, k: int, num_pieces: int, num_workers: int):
-    """Static arrays of Canary's per-piece reduce tree (see :func:`papers.canary.protocols.piece_tree`).
+def tree_stages(n: int, k: int, num_pieces: int, num_workers: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Canary's per-piece reduce tree (:func:`papers.canary.protocols.piece_tree`) as compact gather indices.
 
-    Returns ``(send [L, N, Q], src [L, n - 1, N, Q], weight [L, n - 1, N, Q], owner [Q])``: in stage ``j`` server
-    ``h`` sends its partial of piece ``q`` if ``send[j, h, q]``; a receiving holder ``h`` adds the partials of
-    servers ``src[j, :, h, q]`` (``weight`` 1; 0 marks an unused slot).
+    Stage ``j`` maps the partials held before it (``[H_j, Q]`` slots; ``H_0 = N``, every server) to the partials
+    held after it: ``(keep [H_{j+1}, Q], send [n - 1, H_{j+1}, Q])``, slot indices into the previous holders, so
+    ``after[r] = before[keep[r]] + sum_i RT(before[send[i, r]])``. Only the ``N - 1`` partials that cross the
+    network are sketched; after ``k + 1`` stages the single holder is the piece's owner.
     """
     bc = BCube(n, k)
     if bc.num_servers != num_workers:
         raise ValueError(f"BCube({n}, {k}) has {bc.num_servers} servers, not {num_workers}")
     owner, _, send_stage, target = piece_tree(bc, num_pieces)
-    L = bc.num_levels
-    send = np.zeros((L, num_workers, num_pieces), bool)
-    src = np.tile(np.arange(num_workers)[None, None, :, None], (L, bc.n - 1, 1, num_pieces))
-    weight = np.zeros((L, bc.n - 1, num_workers, num_pieces), np.float32)
-    fill = np.zeros((L, num_workers, num_pieces), int)
-    for q in range(num_pieces):
-        for h in range(num_workers):
-            j = send_stage[q][h]
-            if j < L:
-                send[j, h, q] = True
-                r = target[q][h]
-                slot = fill[j, r, q]
-                src[j, slot, r, q] = h
-                weight[j, slot, r, q] = 1.0
-                fill[j, r, q] += 1
-    if np.any((fill != 0) & (fill != bc.n - 1)):
-        raise AssertionError("a receiving holder must get exactly n - 1 partials per stage")
-    return send, src, weight, np.asarray(owner)
+    holders = [list(range(num_workers)) for _ in range(num_pieces)]  # server in each slot, per piece
+    stages = []
+    for j in range(bc.num_levels):
+        keep_cols, send_cols, new_holders = [], [], []
+        for q in range(num_pieces):
+            slot_of = {h: i for i, h in enumerate(holders[q])}
+            recv = [h for h in holders[q] if send_stage[q][h] > j]
+            senders = {r: [h for h in holders[q] if send_stage[q][h] == j and target[q][h] == r] for r in recv}
+            if any(len(v) != bc.n - 1 for v in senders.values()):
+                raise AssertionError("a receiving holder must get exactly n - 1 partials per stage")
+            keep_cols.append([slot_of[r] for r in recv])
+            send_cols.append([[slot_of[h] for h in senders[r]] for r in recv])
+            new_holders.append(recv)
+        keep = np.asarray(keep_cols).T  # [H_{j+1}, Q]
+        send = np.transpose(np.asarray(send_cols), (2, 1, 0))  # [n-1, H_{j+1}, Q]
+        stages.append((keep, send))
+        holders = new_holders
+    if [h[0] for h in holders] != list(owner):
+        raise AssertionError("the tree must end at each piece's owner")
+    return stages
 
 
 def _sum0(x: jax.Array) -> jax.Array:
@@ -170,17 +173,14 @@ def aggregate(g: jax.Array, ex: Exchange, layout: Layout, gidx: jax.Array | None
             agg = _rt_flat(part, piece, ex.sketch)
         return agg.reshape(-1)[:d]
     if ex.kind == "tree":
-        send, src, weight, owner = tree_arrays(*ex.bcube, layout.num_pieces, n_w)
         x = jnp.concatenate([g, jnp.zeros((n_w, 1), g.dtype)], axis=1)[:, gidx]  # [N, Q, L]
         valid = gidx < d
-        qi = np.broadcast_to(np.arange(layout.num_pieces)[None, :], (n_w, layout.num_pieces))
-        for j in range(send.shape[0]):
-            s = jnp.asarray(send[j])[..., None]
-            moved = _rt_rows(x, ex.sketch, valid)
-            x = jnp.where(s, 0.0, x)
-            for slot in range(src.shape[1]):
-                x = x + jnp.asarray(weight[j, slot])[..., None] * moved[src[j, slot], qi]
-        agg = _rt_rows(x[owner, np.arange(layout.num_pieces)], ex.sketch, valid)  # [Q, L]
+        qi = np.arange(layout.num_pieces)
+        for keep, send in tree_stages(*ex.bcube, layout.num_pieces, n_w):
+            nxt = x[keep, qi]
+            moved = _rt_rows(x[send, qi], ex.sketch, valid)  # [n-1, H, Q, L]: only what crosses the network
+            x = nxt + _sum0(moved)
+        agg = _rt_rows(x[0], ex.sketch, valid)  # the owner's sum, sketched once for the broadcast
         return agg.reshape(-1)[flat_pos]
     raise ValueError(f"aggregate() does not handle {ex.kind!r}")
 
@@ -217,7 +217,9 @@ def make_train(setup: Setup, ex: Exchange):
     """``train(seeds int[S]) -> {"acc": [S, T / eval_every + 1], "loss": [S, T / eval_every]}``.
 
     Synchronous exchanges keep one replica (all workers hold the same parameters); the exact mean is then the
-    gradient of the summed per-worker losses, computed in one batched backward pass.
+    gradient of the summed per-worker losses, computed in one batched backward pass. So does Canary when every
+    worker sees every piece at the same iteration (the replicas cannot differ then); otherwise each worker has
+    its own replica.
     """
     lay, data = setup.layout, setup.data
     n_w, B, T, E = setup.num_workers, setup.batch, setup.iterations, setup.eval_every
@@ -234,6 +236,11 @@ def make_train(setup: Setup, ex: Exchange):
         raise ValueError(f"{n_train} training examples cannot give {n_w} workers a batch of {B}")
     asynchronous = ex.visible is not None
     masks, window = _masks(ex, T, n_w, lay) if asynchronous else (None, 0)
+    # Canary with the same visibility at every worker keeps every replica identical: one replica suffices
+    shared = ex.kind == "tree" and asynchronous and bool(np.all(masks == masks[:, :1]))
+    replicas = asynchronous and not shared
+    if shared:
+        masks = masks[:, 0]  # [T + 1, age, Q]
     if ex.kind == "ako":
         p = ex.ako_partitions
         m = -(-d // p)
@@ -257,7 +264,7 @@ def make_train(setup: Setup, ex: Exchange):
         key = jax.random.key(seed)
         order = jax.random.permutation(key, n_train)[: shard * n_w].reshape(n_w, shard)
         theta = flat_init
-        if asynchronous:
+        if replicas:
             theta = jnp.broadcast_to(theta, (n_w, d))
         st = {"theta": theta, "v": jnp.zeros_like(theta), "order": order}
         if ex.kind == "ako":
@@ -283,7 +290,7 @@ def make_train(setup: Setup, ex: Exchange):
                 g_sum = aggregate(g, ex, lay, gidx, flat_pos)
             delta = g_sum / n_w
         else:
-            loss, g = per_replica_grad(st["theta"], x, y)
+            loss, g = (per_replica_grad if replicas else shared_grad)(st["theta"], x, y)
             ages = (t - jnp.arange(window)) % window
             if ex.kind == "ako":
                 acc = st["acc"].at[:, :d].add(g)
@@ -299,15 +306,19 @@ def make_train(setup: Setup, ex: Exchange):
                 agg = aggregate(g, ex, lay, gidx, flat_pos)
                 pieces = jnp.concatenate([agg, jnp.zeros(1)])[gidx]  # [Q, L]
                 st["buf"] = buf = st["buf"].at[t % window].set(pieces)
-                got = jnp.einsum("waq,aql->wql", mask.astype(g.dtype), buf[ages])  # [N, Q, L]
-                delta = got.reshape(n_w, -1)[:, flat_pos] / n_w
-        v = setup.momentum * st["v"] + delta
+                if replicas:
+                    got = jnp.einsum("waq,aql->wql", mask.astype(g.dtype), buf[ages])  # [N, Q, L]
+                    delta = got.reshape(n_w, -1)[:, flat_pos] / n_w
+                else:
+                    got = jnp.einsum("aq,aql->ql", mask.astype(g.dtype), buf[ages])  # [Q, L]
+                    delta = got.reshape(-1)[flat_pos] / n_w
+        v = c["momentum"] * st["v"] + delta
         st["v"] = v
-        st["theta"] = st["theta"] - setup.lr * v
+        st["theta"] = st["theta"] - c["lr"] * v
         return st, jnp.mean(loss)
 
     def evaluate(c, theta):
-        return accuracy(apply(to_tree(theta[0] if asynchronous else theta), c["xte"]), c["yte"])
+        return accuracy(apply(to_tree(theta[0] if replicas else theta), c["xte"]), c["yte"])
 
     def run_one(seed, flat_init, c):
         st = init(seed, flat_init)
@@ -323,18 +334,20 @@ def make_train(setup: Setup, ex: Exchange):
         return {"acc": jnp.concatenate([acc0[None], accs]), "loss": losses}
 
     consts = {"xtr": data.x_train, "ytr": data.y_train, "xte": data.x_test, "yte": data.y_test,
-              "gidx": gidx, "flat_pos": flat_pos}
+              "gidx": gidx, "flat_pos": flat_pos, "lr": np.float32(setup.lr), "momentum": np.float32(setup.momentum)}
     if asynchronous:
         consts["masks"] = masks
     if ex.kind == "ako":
         consts["part_rows"] = part_rows
     run = jax.jit(jax.vmap(run_one, in_axes=(0, 0, None)))
 
-    def train(seeds) -> dict[str, np.ndarray]:
-        """Train one replica set per seed (model init and data shards both follow the seed)."""
+    def train(seeds, lr: float | None = None) -> dict[str, np.ndarray]:
+        """Train one replica set per seed (model init and data shards both follow the seed); ``lr`` overrides the
+        setup's learning rate without recompiling."""
         inits = jnp.stack([ravel_pytree(pure(make_model(setup.model, data.in_shape, data.num_classes,
                                                         seed=int(s)))[1])[0] for s in seeds])
-        out = run(jnp.asarray(seeds, dtype=jnp.int32), inits, jax.tree.map(jnp.asarray, consts))
+        c = dict(consts, lr=np.float32(setup.lr if lr is None else lr))
+        out = run(jnp.asarray(seeds, dtype=jnp.int32), inits, jax.tree.map(jnp.asarray, c))
         res = {k: np.asarray(v) for k, v in out.items()}
         if not np.all(np.isfinite(res["loss"])):
             raise FloatingPointError(f"{ex.kind}: training diverged (non-finite loss)")
@@ -343,4 +356,4 @@ def make_train(setup: Setup, ex: Exchange):
     return train
 
 
-__all__ = ["KINDS", "Exchange", "Setup", "aggregate", "make_train", "tree_arrays"]
+__all__ = ["KINDS", "Exchange", "Setup", "aggregate", "make_train", "tree_stages"]
