@@ -66,25 +66,26 @@ class Sketch(NamedTuple):
 
 
 def _piece_stats(xp: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    lo = jnp.min(jnp.where(valid, xp, jnp.inf), axis=1)
-    hi = jnp.max(jnp.where(valid, xp, -jnp.inf), axis=1)
-    finite = jnp.all(jnp.where(valid, jnp.isfinite(xp), True), axis=1)
+    lo = jnp.min(jnp.where(valid, xp, jnp.inf), axis=-1)
+    hi = jnp.max(jnp.where(valid, xp, -jnp.inf), axis=-1)
+    finite = jnp.all(jnp.where(valid, jnp.isfinite(xp), True), axis=-1)
     return lo, hi, finite
 
 
 def _encode(xp: jax.Array, valid: jax.Array, key: jax.Array | None) -> Sketch:
+    """Sketch of ``[..., P, L]`` pieces (one per row of the last axis); ``valid`` broadcasts against ``xp``."""
     xp = xp.astype(jnp.float32)
     lo, hi, finite = _piece_stats(xp, valid)
-    lo = jnp.where(jnp.isfinite(lo), lo, 0.0)  # empty-free: every piece has >= 1 valid element
+    lo = jnp.where(jnp.isfinite(lo), lo, 0.0)  # every piece has >= 1 valid element
     scale = (hi - lo) / LEVELS
     safe = jnp.where(scale > 0, scale, 1.0)
-    t = (xp - lo[:, None]) / safe[:, None]
+    t = (xp - lo[..., None]) / safe[..., None]
     if key is None:
         q = jnp.round(t)
     else:
         q = jnp.floor(t + jax.random.uniform(key, t.shape, dtype=jnp.float32))
-    q = jnp.where(valid & (scale[:, None] > 0), jnp.clip(q, 0, LEVELS), 0)
-    codes = jnp.where(finite[:, None], q, 0).astype(jnp.uint8)
+    q = jnp.where(valid & (scale[..., None] > 0), jnp.clip(q, 0, LEVELS), 0)
+    codes = jnp.where(finite[..., None], q, 0).astype(jnp.uint8)
     nan = jnp.float32(jnp.nan)
     return Sketch(codes, jnp.where(finite, lo, nan), jnp.where(finite, scale, nan))
 
@@ -97,7 +98,7 @@ def quantize(x: jax.Array, piece_size: int, key: jax.Array | None = None) -> Ske
 
 
 def _decode(sk: Sketch) -> jax.Array:
-    return sk.lo[:, None] + sk.codes.astype(jnp.float32) * sk.scale[:, None]
+    return sk.lo[..., None] + sk.codes.astype(jnp.float32) * sk.scale[..., None]
 
 
 @functools.partial(jax.jit, static_argnames=("n",))
@@ -115,17 +116,23 @@ def roundtrip(x: jax.Array, piece_size: int, key: jax.Array | None = None) -> ja
 
 @jax.jit
 def roundtrip_pieces(xp: jax.Array, valid: jax.Array | None = None, key: jax.Array | None = None) -> jax.Array:
-    """Round trip of an already-cut ``[..., P, L]`` array; leading axes are batched (one sketch per piece)."""
+    """Round trip of an already-cut ``[..., P, L]`` array, one sketch per row; ``valid`` (broadcastable, e.g.
+    ``[P, L]``) keeps padding out of the piece statistics; padding slots of the output are meaningless."""
     if valid is None:
-        valid = jnp.ones(xp.shape[-2:], dtype=bool)
-    lead = xp.shape[:-2]
-    flat = xp.reshape((-1, *xp.shape[-2:]))
+        valid = jnp.ones(xp.shape[-1:], dtype=bool)
+    xp = xp.astype(jnp.float32)
+    lo, hi, _ = _piece_stats(xp, valid)
+    scale = (hi - lo) / LEVELS
+    safe = jnp.where(scale > 0, scale, 1.0)
+    t = (xp - lo[..., None]) / safe[..., None]
     if key is None:
-        out = jax.vmap(lambda a: _decode(_encode(a, valid, None)))(flat)
+        q = jnp.round(t)
     else:
-        keys = jax.random.split(key, flat.shape[0])
-        out = jax.vmap(lambda a, k: _decode(_encode(a, valid, k)))(flat, keys)
-    return out.reshape((*lead, *xp.shape[-2:]))
+        q = jnp.floor(t + jax.random.uniform(key, t.shape, dtype=jnp.float32))
+    q = jnp.clip(q, 0, LEVELS)  # float codes: the same values as _encode's uint8, without the casts
+    out = lo[..., None] + q * scale[..., None]
+    finite = jnp.isfinite(lo) & jnp.isfinite(hi)
+    return jnp.where(finite[..., None], out, jnp.nan)
 
 
 @functools.partial(jax.jit, static_argnames=("n", "stochastic"))

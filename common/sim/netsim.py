@@ -4,14 +4,17 @@ Model (the contract every user and test relies on):
 
 * :class:`EventLoop` runs callbacks in simulated time order; events at equal times run in the order they were
   scheduled (a sequence number breaks ties), so a simulation is deterministic.
-* A :class:`Network` has ``num_nodes`` nodes with ``num_nics`` NICs each. Every NIC is full duplex: one transmit
-  (tx) and one receive (rx) channel, each carrying at most one transfer at a time.
-* ``send(src, dst, nbytes, src_nic, dst_nic)`` at simulated time ``now`` reserves the sender's tx channel and the
-  receiver's rx channel: the transfer starts at ``max(now, tx_free, rx_free)``, serialises for
-  ``nbytes / min(bw_tx, bw_rx)`` seconds on both channels (which are busy until then), and arrives
-  ``latency[src, src_nic]`` seconds after serialisation ends (propagation + switching of the link). Channels
-  serve transfers strictly in submission order (FIFO, no back-filling), so a transfer waiting for a busy receiver
-  also holds back later transfers of the same sender NIC, as a real send queue does.
+* A :class:`Network` has ``num_nodes`` nodes with ``num_nics`` NICs each. Every NIC is full duplex: a transmit
+  (tx) channel and, facing it on the switch, a receive (rx) port; each carries at most one transfer at a time and
+  serves transfers first come, first served (FIFO, no back-filling).
+* ``send(src, dst, nbytes, src_nic, dst_nic)`` at time ``now`` queues the message on the sender's tx channel:
+  it serialises from ``tx_start = max(now, tx_free)`` for ``nbytes / bw_tx`` seconds. Its head reaches the
+  switch ``latency[src, src_nic]`` after ``tx_start``, where it joins the FIFO of the receiver's port:
+  ``rx_start = max(head arrival, rx_free)``, and it is delivered at
+  ``rx_end = max(rx_start + nbytes / bw_rx, tx_end + latency)`` (cut-through: never before its tail arrives).
+  The switch buffers messages waiting for a busy port, so a busy receiver never blocks the sender's other
+  messages (no head-of-line blocking at the sender), and incast serialises at the receiver's port.
+* A single message therefore takes ``nbytes / min(bw_tx, bw_rx) + latency``.
 * The fabric between NICs is non-blocking (a switch port per NIC); which NIC pairs may talk (e.g. BCube levels) is
   the caller's topology, checked with the optional ``can_reach(src, src_nic, dst, dst_nic)`` predicate.
 
@@ -68,9 +71,10 @@ class EventLoop:
         return len(self._heap)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Transfer:
-    """One message on the wire; ``start``..``finish`` is serialisation, ``arrival`` = finish + latency."""
+    """One message; ``tx_start..tx_end`` on the sender's channel, ``rx_start..rx_end`` on the receiver's port,
+    delivered at ``arrival = rx_end`` (rx fields are filled when the head reaches the switch)."""
 
     id: int
     src: int
@@ -79,10 +83,15 @@ class Transfer:
     dst_nic: int
     nbytes: int
     submit: float
-    start: float
-    finish: float
-    arrival: float
+    tx_start: float
+    tx_end: float
+    rx_start: float = math.nan
+    rx_end: float = math.nan
     tag: Any = None
+
+    @property
+    def arrival(self) -> float:
+        return self.rx_end
 
 
 class Network:
@@ -149,36 +158,48 @@ class Network:
         if self.can_reach is not None and not self.can_reach(src, src_nic, dst, dst_nic):
             raise ValueError(f"topology: node {src} NIC {src_nic} cannot reach node {dst} NIC {dst_nic}")
         now = self.loop.now
-        tx, rx = self.tx_free[src], self.rx_free[dst]
-        start = max(now, tx[src_nic], rx[dst_nic])
-        dur = nbytes / min(self._bw[src][src_nic], self._bw[dst][dst_nic])
-        finish = start + dur
-        tx[src_nic] = finish
-        rx[dst_nic] = finish
-        arrival = finish + self._lat[src][src_nic]
-        tr = Transfer(self.count, src, src_nic, dst, dst_nic, nbytes, now, start, finish, arrival, tag)
+        tx = self.tx_free[src]
+        start = tx[src_nic] if tx[src_nic] > now else now
+        dur = nbytes / self._bw[src][src_nic]
+        tx[src_nic] = start + dur
+        tr = Transfer(self.count, src, src_nic, dst, dst_nic, nbytes, now, start, start + dur, tag=tag)
         self.count += 1
         self.tx_bytes[src, src_nic] += nbytes
         self.rx_bytes[dst, dst_nic] += nbytes
         self.tx_busy_s[src, src_nic] += dur
         if self.keep_log:
             self.log.append(tr)
-        if on_arrival is not None:
-            self.loop.at(arrival, on_arrival, tr, *args)
+        self.loop.at(start + self._lat[src][src_nic], self._head, tr, on_arrival, args)
         return tr
+
+    def _head(self, tr: Transfer, on_arrival, args: tuple) -> None:
+        """The message's head reached the switch: queue it on the receiver's port."""
+        rx = self.rx_free[tr.dst]
+        now = self.loop.now
+        start = rx[tr.dst_nic] if rx[tr.dst_nic] > now else now
+        end = start + tr.nbytes / self._bw[tr.dst][tr.dst_nic]
+        tail = tr.tx_end + self._lat[tr.src][tr.src_nic]
+        if tail > end:
+            end = tail
+        rx[tr.dst_nic] = end
+        tr.rx_start, tr.rx_end = start, end
+        if on_arrival is not None:
+            self.loop.at(end, on_arrival, tr, *args)
 
 
 def channel_overlaps(log: list[Transfer]) -> list[tuple[Transfer, Transfer]]:
-    """Pairs of transfers that used one tx or rx channel at overlapping times (empty for a valid schedule)."""
+    """Pairs of transfers that used one tx channel or rx port at overlapping times (empty for a valid run)."""
     bad = []
-    for key in (lambda t: ("tx", t.src, t.src_nic), lambda t: ("rx", t.dst, t.dst_nic)):
+    views = ((lambda t: (t.src, t.src_nic), lambda t: (t.tx_start, t.tx_end)),
+             (lambda t: (t.dst, t.dst_nic), lambda t: (t.rx_start, t.rx_end)))
+    for key, span in views:
         chans: dict[tuple, list[Transfer]] = {}
         for t in log:
             chans.setdefault(key(t), []).append(t)
         for ts in chans.values():
-            ts.sort(key=lambda t: (t.start, t.finish))
+            ts.sort(key=span)
             for a, b in zip(ts, ts[1:], strict=False):
-                if b.start < a.finish - 1e-12 * max(1.0, abs(a.finish)):
+                if span(b)[0] < span(a)[1] - 1e-12 * max(1.0, abs(span(a)[1])):
                     bad.append((a, b))
     return bad
 

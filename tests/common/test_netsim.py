@@ -51,9 +51,10 @@ def test_same_nic_is_fifo_and_different_nics_run_in_parallel():
     a = net.send(0, 1, 100, src_nic=0)
     b = net.send(0, 2, 100, src_nic=0)  # waits for a on node 0's tx channel of NIC 0
     c = net.send(0, 2, 100, src_nic=1)  # other NIC: parallel with a
-    assert (a.start, a.finish) == (0.0, 1.0)
-    assert (b.start, b.finish) == (1.0, 2.0)
-    assert (c.start, c.finish) == (0.0, 1.0)
+    loop.run()
+    assert (a.tx_start, a.tx_end, a.arrival) == (0.0, 1.0, 1.0)
+    assert (b.tx_start, b.tx_end, b.arrival) == (1.0, 2.0, 2.0)
+    assert (c.tx_start, c.tx_end, c.arrival) == (0.0, 1.0, 1.0)
     assert channel_overlaps(net.log) == []
 
 
@@ -62,16 +63,20 @@ def test_incast_serialises_at_the_receiver_and_min_bandwidth_applies():
     bw = np.array([[100.0], [100.0], [50.0]])
     net = Network(loop, bandwidth=bw)
     a = net.send(0, 2, 100)
-    b = net.send(1, 2, 100)  # node 2's rx channel is busy with a
-    assert (a.start, a.finish) == (0.0, 2.0)  # limited by the 50 B/s receiver
-    assert (b.start, b.finish) == (2.0, 4.0)
+    b = net.send(1, 2, 100)  # node 2's port is busy with a: b waits in the switch, its sender is free
+    c = net.send(1, 0, 100)  # ... so node 1's next message to an idle receiver is not held back
+    loop.run()
+    assert (a.rx_start, a.arrival) == (0.0, 2.0)  # limited by the 50 B/s receiver port
+    assert (b.tx_start, b.tx_end, b.rx_start, b.arrival) == (0.0, 1.0, 2.0, 4.0)
+    assert (c.tx_start, c.arrival) == (1.0, 2.0)
 
 
 def test_full_duplex_send_and_receive_overlap():
     loop = EventLoop()
     net = Network(loop, bandwidth=10.0, num_nodes=2)
     a, b = net.send(0, 1, 10), net.send(1, 0, 10)
-    assert a.start == b.start == 0.0
+    loop.run()
+    assert a.tx_start == b.tx_start == 0.0 and a.arrival == b.arrival == 1.0
 
 
 def test_topology_predicate_and_bad_input():
@@ -111,15 +116,22 @@ def test_random_load_never_overlaps_a_channel_and_conserves_bytes(sends):
     assert channel_overlaps(net.log) == []
     assert len(arrived) == len(net.log)
     assert sum(tr.nbytes for _, tr in arrived) == net.bytes_on_wire == int(net.rx_bytes.sum())
+    eps = 1e-9
     for now, tr in arrived:
-        rate = min(bw[tr.src, tr.src_nic], bw[tr.dst, tr.dst_nic])
         assert math.isclose(now, tr.arrival)
-        assert tr.start >= tr.submit
-        assert math.isclose(tr.finish - tr.start, tr.nbytes / rate, rel_tol=1e-9, abs_tol=1e-12)
-    # FIFO: on each tx channel, transfers start in submission order
-    by_tx: dict = {}
-    for tr in net.log:
-        by_tx.setdefault((tr.src, tr.src_nic), []).append(tr)
-    for trs in by_tx.values():
-        starts = [tr.start for tr in sorted(trs, key=lambda tr: tr.id)]
-        assert starts == sorted(starts)
+        assert tr.tx_start >= tr.submit
+        assert math.isclose(tr.tx_end - tr.tx_start, tr.nbytes / bw[tr.src, tr.src_nic], rel_tol=1e-9,
+                            abs_tol=1e-12)
+        assert tr.rx_start >= tr.tx_start + 0.01 - eps  # the head needs the link latency
+        assert tr.arrival >= tr.rx_start + tr.nbytes / bw[tr.dst, tr.dst_nic] - eps
+        assert tr.arrival >= tr.tx_end + 0.01 - eps  # never before the tail
+    # FIFO: each tx channel serves in submission order, each rx port in order of head arrival
+    for key, order, start in ((lambda t: (t.src, t.src_nic), lambda t: t.id, lambda t: t.tx_start),
+                              (lambda t: (t.dst, t.dst_nic), lambda t: (t.tx_start + 0.01, t.id),
+                               lambda t: t.rx_start)):
+        groups: dict = {}
+        for tr in net.log:
+            groups.setdefault(key(tr), []).append(tr)
+        for trs in groups.values():
+            starts = [start(tr) for tr in sorted(trs, key=order)]
+            assert starts == sorted(starts)

@@ -1,0 +1,296 @@
+"""Canary experiments: time-to-accuracy, throughput and bytes on the wire; accuracy impact of the sketch; sweeps.
+
+Every training experiment runs the same pipeline (:func:`train_and_time`): for each NIC rate and policy, the
+discrete-event model (:mod:`papers.canary.protocols`) gives the schedule, the policy's aggregation numerics
+(:mod:`papers.canary.numerics`) train the real model on real data for every seed (``vmap``), and the schedule
+maps iterations to simulated wall-clock. Policies whose numerics coincide (the fp32 mean of PS, BML and ring
+all-reduce; identical visibility schedules) share one training run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.repro import RunContext, experiment, metric_rows
+from common.repro.plots import figure, lines_with_ci
+from common.sim.netsim import gbps_to_bytes_per_s
+from papers.canary.data import SHAPES, layout_for_shape, load_images_trace, model_layout
+from papers.canary.numerics import Exchange, Setup, make_train
+from papers.canary.protocols import NetSpec, ProtocolSpec, Schedule, simulate
+from papers.canary.schemas import BCubeCluster, ExchangePolicy, PieceSweepParams, TrafficParams, TrainParams
+from papers.canary.workload import ComputeModel
+
+
+def compute_model(hw: BCubeCluster) -> ComputeModel:
+    return ComputeModel(hw.worker_tflops * 1e12, hw.kernel_overhead_us * 1e-6, hw.iteration_overhead_ms * 1e-3,
+                        hw.backward_factor)
+
+
+def net_spec(hw: BCubeCluster, gbps: float, k: int | None = None) -> NetSpec:
+    return NetSpec(hw.bcube_n, hw.bcube_k if k is None else k, gbps_to_bytes_per_s(gbps), hw.link_latency_us * 1e-6,
+                   hw.header_bytes)
+
+
+def protocol_spec(pol: ExchangePolicy) -> ProtocolSpec:
+    return ProtocolSpec(pol.protocol, sketch=pol.sketch, staleness=pol.staleness, multi_nic=pol.multi_nic,
+                        pipeline=pol.pipeline, ako_partitions=pol.ako_partitions)
+
+
+def exchange_for(pol: ExchangePolicy, sched: Schedule, ns: NetSpec) -> Exchange:
+    """The numerics a policy's schedule implies."""
+    if pol.protocol == "canary":
+        tree = (ns.n, ns.k) if pol.multi_nic else (ns.num_servers, 0)
+        vis = sched.visible
+        if pol.staleness == 0:
+            if not np.all(vis == np.arange(sched.iterations)[:, None, None] + 1):
+                raise AssertionError("staleness 0 must make every piece visible at the next iteration")
+            vis = None
+        return Exchange("tree", sketch=pol.sketch, bcube=tree, visible=vis)
+    if pol.protocol == "ako":
+        return Exchange("ako", visible=sched.visible, ako_partitions=sched.ako_partitions)
+    if pol.sketch:
+        return Exchange("ps8" if pol.protocol == "ps" else "ring8", sketch=True)
+    return Exchange("exact")
+
+
+@dataclass
+class PolicyRun:
+    policy: str
+    gbps: float
+    schedule: Schedule
+    acc: np.ndarray  # [S, T / eval_every + 1]
+    eval_iters: np.ndarray
+
+
+def train_and_time(ctx: RunContext, p: TrainParams) -> list[PolicyRun]:
+    """Simulate every (NIC rate, policy), train each distinct numerics once over all seeds."""
+    hw = ctx.hardware
+    data = load_images_trace(ctx.trace, ctx.data_dir, n_train=p.n_train or None, n_test=p.n_test)
+    layout = model_layout(p.model, data, p.colayer_bytes, p.piece_elems)
+    setup = Setup(p.model, data, layout, hw.num_servers, p.batch, p.iterations, p.eval_every, p.lr, p.momentum)
+    cm = compute_model(hw)
+    seeds = ctx.seeds()
+    cache: dict[tuple, np.ndarray] = {}
+    runs = []
+    ctx.progress.start(len(p.bandwidths_gbps) * len(ctx.policies), "policy x bandwidth")
+    for gbps in p.bandwidths_gbps:
+        ns = net_spec(hw, gbps)
+        for name, pol in ctx.policies.items():
+            sched = simulate(protocol_spec(pol), ns, layout, cm, p.batch, p.iterations,
+                             max_simulated=p.des_max_simulated)
+            ex = exchange_for(pol, sched, ns)
+            key = ex.key()
+            if key not in cache:
+                cache[key] = make_train(setup, ex)(seeds)["acc"]
+            runs.append(PolicyRun(name, gbps, sched, cache[key], np.arange(0, p.iterations + 1, p.eval_every)))
+            ctx.progress.update(note=f"{name}@{gbps:g}G ({len(cache)} distinct trainings)")
+    return runs
+
+
+def tta_metrics(run: PolicyRun, target: float, batch: int) -> dict[str, tuple[np.ndarray, str]]:
+    """Per-seed time/iterations/bytes to ``target`` test accuracy (censored at the last iteration if missed)."""
+    s = run.schedule
+    hit = run.acc >= target
+    reached = hit.any(axis=1)
+    first = np.where(reached, hit.argmax(axis=1), run.acc.shape[1] - 1)
+    iters = run.eval_iters[first]
+    tta = s.fwd_start[0, iters]
+    it_s = 1.0 / s.steady_iteration_time()
+    out = {
+        "tta_s": (tta, "s"),
+        "iters_to_target": (iters.astype(float), "iterations"),
+        "reached_target": (reached.astype(float), "bool"),
+        "final_acc": (run.acc[:, -1], "fraction"),
+        "throughput_its": (np.full(len(tta), it_s), "iterations/s"),
+        "images_per_s": (np.full(len(tta), it_s * s.num_workers * batch), "images/s"),
+        "bytes_per_iter_MB": (np.full(len(tta), s.bytes_per_iteration / 1e6), "MB"),
+        "traffic_to_target_MB": (s.bytes_per_iteration * iters / 1e6, "MB"),
+    }
+    if s.protocol == "ako":
+        out["ako_partitions"] = (np.full(len(tta), float(s.ako_partitions)), "partitions")
+    return out
+
+
+def tta_rows(ctx: RunContext, runs: list[PolicyRun], p: TrainParams) -> list[dict]:
+    rows = []
+    for r in runs:
+        rows += metric_rows(r.policy, tta_metrics(r, p.target_acc, p.batch), seeds=ctx.seeds(),
+                            bandwidth_gbps=r.gbps, servers=r.schedule.num_workers)
+    return rows
+
+
+def plot_tta(ctx: RunContext, runs: list[PolicyRun], rows: list[dict], p: TrainParams) -> None:
+    import pandas as pd
+
+    bws = list(dict.fromkeys(r.gbps for r in runs))
+    fig, axes = figure(ncols=len(bws), w=4.6, h=3.6)
+    for ax, bw in zip(axes[0], bws, strict=True):
+        for r in (r for r in runs if r.gbps == bw):
+            t = r.schedule.fwd_start[0, r.eval_iters]
+            ax.plot(t * 1e3, r.acc.mean(0), label=r.policy, lw=1.2)
+        ax.axhline(p.target_acc, color="k", lw=0.6, ls=":")
+        ax.set_xscale("log")
+        ax.set_ylim(max(0.0, p.target_acc - 0.25), 1.0)
+        ax.set_xlabel("simulated wall-clock (ms, log)")
+        ax.set_ylabel(f"test accuracy (worker 0, mean of {ctx.num_seeds} seeds)")
+        ax.set_title(f"{runs[0].schedule.num_workers} servers, {bw:g} Gbps NICs")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    ctx.save_figure(fig, "accuracy_vs_time")
+    df = pd.DataFrame(rows)
+    fig, axes = figure(ncols=2, w=5.0, h=3.6)
+    lines_with_ci(axes[0][0], df, "tta_s", x="bandwidth_gbps", xlabel="NIC Gbps (log)",
+                  ylabel=f"simulated time to {100 * p.target_acc:g}% (s)", logx=True)
+    axes[0][0].set_yscale("log")
+    lines_with_ci(axes[0][1], df, "throughput_its", x="bandwidth_gbps", xlabel="NIC Gbps (log)",
+                  ylabel="iterations per simulated second", logx=True)
+    ctx.save_figure(fig, "tta_and_throughput")
+
+
+def accuracy_drop_rows(ctx: RunContext, runs: list[PolicyRun], p: TrainParams) -> list[dict]:
+    """Per-seed final-accuracy drop (percentage points) of each ``policy:reference`` pair at equal iterations."""
+    rows = []
+    for pair in p.accuracy_pairs:
+        pol, ref = pair.split(":")
+        for bw in p.bandwidths_gbps:
+            a = [r for r in runs if r.policy == pol and r.gbps == bw]
+            b = [r for r in runs if r.policy == ref and r.gbps == bw]
+            if not a or not b:
+                raise ValueError(f"accuracy pair {pair!r}: both policies must be in the experiment")
+            drop = 100.0 * (b[0].acc[:, -1] - a[0].acc[:, -1])
+            rows += metric_rows(pol, {"acc_drop_pp": (drop, "pp")}, seeds=ctx.seeds(), bandwidth_gbps=bw,
+                                servers=a[0].schedule.num_workers, reference=ref)
+    return rows
+
+
+def plot_accuracy(ctx: RunContext, runs: list[PolicyRun], p: TrainParams) -> None:
+    fig, axes = figure(ncols=1, w=5.6, h=3.8)
+    ax = axes[0][0]
+    seen = set()
+    for r in runs:
+        key = (r.policy, r.acc.tobytes())
+        if key in seen:
+            continue
+        seen.add(key)
+        m, sd = r.acc.mean(0), r.acc.std(0)
+        ax.plot(r.eval_iters, m, label=f"{r.policy} ({r.gbps:g} Gbps)")
+        ax.fill_between(r.eval_iters, m - sd, m + sd, alpha=0.15)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(f"test accuracy, mean +- sd of {ctx.num_seeds} seeds")
+    ax.set_title(f"{ctx.trace.name}, {p.model}, {runs[0].schedule.num_workers} workers")
+    lo = float(np.min([r.acc[:, -1].min() for r in runs]))
+    ax.set_ylim(max(0.0, lo - 0.2), 1.0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ctx.save_figure(fig, "accuracy_vs_iteration")
+
+
+def _tta_experiment(ctx: RunContext) -> list[dict]:
+    p: TrainParams = ctx.params
+    runs = train_and_time(ctx, p)
+    rows = tta_rows(ctx, runs, p)
+    plot_tta(ctx, runs, rows, p)
+    return rows + accuracy_drop_rows(ctx, runs, p)
+
+
+@experiment("canary", "tta_bcube9", params=TrainParams)
+def tta_bcube9(ctx: RunContext) -> list[dict]:
+    """Time to accuracy, throughput and bytes of Canary and every baseline on BCube(3,1), 1/10/25 Gbps."""
+    return _tta_experiment(ctx)
+
+
+@experiment("canary", "tta_bcube27", params=TrainParams)
+def tta_bcube27(ctx: RunContext) -> list[dict]:
+    """The same on BCube(3,2): 27 servers with three NICs each."""
+    return _tta_experiment(ctx)
+
+
+@experiment("canary", "ablation", params=TrainParams)
+def ablation(ctx: RunContext) -> list[dict]:
+    """Canary without the sketch, without asynchrony, with one NIC, without pipelining."""
+    return _tta_experiment(ctx)
+
+
+@experiment("canary", "sketch_accuracy", params=TrainParams)
+def sketch_accuracy(ctx: RunContext) -> list[dict]:
+    """Accuracy impact of the 8-bit sketch at equal iterations on the CNN variant (CIFAR-10 JPEG copy, LeNet-5)."""
+    p: TrainParams = ctx.params
+    runs = train_and_time(ctx, p)
+    plot_accuracy(ctx, runs, p)
+    return tta_rows(ctx, runs, p) + accuracy_drop_rows(ctx, runs, p)
+
+
+@experiment("canary", "traffic", params=TrafficParams)
+def traffic(ctx: RunContext) -> list[dict]:
+    """Bytes on the wire per iteration of every policy on BCube(3,1) and BCube(3,2) (deterministic)."""
+    p: TrafficParams = ctx.params
+    hw = ctx.hardware
+    layout = layout_for_shape(p.model, SHAPES[ctx.trace.options["dataset"]], p.colayer_bytes, p.piece_elems)
+    cm = compute_model(hw)
+    rows = []
+    ctx.progress.start(len(p.bcube_k) * len(ctx.policies), "policy x cluster")
+    for k in p.bcube_k:
+        ns = net_spec(hw, hw.nic_gbps, k)
+        for name, pol in ctx.policies.items():
+            s = simulate(protocol_spec(pol), ns, layout, cm, p.batch, p.iterations)
+            n = ns.num_servers
+            rows += metric_rows(name, {
+                "bytes_per_iter_MB": (s.bytes_per_iteration / 1e6, "MB"),
+                "bytes_per_worker_iter_MB": (s.bytes_per_iteration / n / 1e6, "MB"),
+                "messages_per_iter": (s.transfers_per_iteration, "messages"),
+            }, seeds=[0], servers=n, bandwidth_gbps=hw.nic_gbps)
+            ctx.progress.update(note=f"{name} on {n} servers")
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    fig, axes = figure(ncols=1, w=6.0, h=3.6)
+    ax = axes[0][0]
+    sel = df[df.metric == "bytes_per_worker_iter_MB"]
+    names = list(dict.fromkeys(sel.policy))
+    width = 0.8 / len(p.bcube_k)
+    for i, (n, g) in enumerate(sel.groupby("servers")):
+        vals = [float(g[g.policy == nm].value.iloc[0]) for nm in names]
+        ax.bar(np.arange(len(names)) + i * width, vals, width, label=f"{n} servers")
+    ax.set_xticks(np.arange(len(names)) + width * (len(p.bcube_k) - 1) / 2, names, rotation=30, ha="right")
+    ax.set_ylabel("MB sent per worker per iteration")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    ctx.save_figure(fig, "bytes_per_iteration")
+    return rows
+
+
+@experiment("canary", "piece_sweep", params=PieceSweepParams)
+def piece_sweep(ctx: RunContext) -> list[dict]:
+    """Canary throughput against piece size and NIC rate, with all NICs and with one (deterministic)."""
+    p: PieceSweepParams = ctx.params
+    hw = ctx.hardware
+    cm = compute_model(hw)
+    rows = []
+    ctx.progress.start(len(p.piece_elems) * len(p.bandwidths_gbps) * len(ctx.policies), "configs")
+    for pe in p.piece_elems:
+        layout = layout_for_shape(p.model, SHAPES[ctx.trace.options["dataset"]], p.colayer_bytes, pe)
+        for gbps in p.bandwidths_gbps:
+            ns = net_spec(hw, gbps)
+            for name, pol in ctx.policies.items():
+                s = simulate(protocol_spec(pol), ns, layout, cm, 32, p.iterations)
+                rows += metric_rows(name, {
+                    "throughput_its": (1.0 / s.steady_iteration_time(), "iterations/s"),
+                    "bytes_per_iter_MB": (s.bytes_per_iteration / 1e6, "MB"),
+                    "pieces": (float(layout.num_pieces), "pieces"),
+                }, seeds=[0], piece_elems=pe, bandwidth_gbps=gbps, servers=ns.num_servers)
+                ctx.progress.update()
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    fig, axes = figure(ncols=len(p.bandwidths_gbps), w=4.4, h=3.4)
+    for ax, bw in zip(axes[0], p.bandwidths_gbps, strict=True):
+        lines_with_ci(ax, df[df.bandwidth_gbps == bw], "throughput_its", x="piece_elems",
+                      xlabel="piece size (elements, log)", ylabel="iterations per simulated second", logx=True)
+        ax.set_title(f"{bw:g} Gbps NICs")
+    ctx.save_figure(fig, "throughput_vs_piece_size")
+    return rows
+
+
+__all__ = ["compute_model", "exchange_for", "net_spec", "protocol_spec", "tta_metrics", "train_and_time"]
