@@ -111,35 +111,50 @@ def extract(rows: jax.Array, positions: jax.Array) -> jax.Array:
     return rows[positions]
 
 
-def _queries(x: jax.Array, key: jax.Array, q: int, step: float) -> tuple[jax.Array, jax.Array]:
-    """``x [B, ...]`` and ``x + step * u_i`` for ``q`` Gaussian directions each: ``([B * (q+1), ...], u [B, q, d])``."""
+def directions(key: jax.Array, b: int, q: int, shape: tuple[int, ...], res: int = 0) -> jax.Array:
+    """``q`` Gaussian search directions per image, ``[b, q, d]``.
+
+    ``res > 0`` draws them on a ``res x res`` grid and resizes bilinearly to the image size (AutoZOOM's
+    dimension reduction, Tu et al., AAAI 2019): the estimate then lives in a ``res*res*C``-dimensional
+    smooth subspace, so far fewer queries give a useful direction.
+    """
+    h, w, c = shape
+    if res <= 0 or res >= min(h, w):
+        return jax.random.normal(key, (b, q, h * w * c))
+    low = jax.random.normal(key, (b, q, res, res, c))
+    up = jax.image.resize(low, (b, q, h, w, c), method="bilinear")
+    return up.reshape(b, q, -1)
+
+
+def _queries(x: jax.Array, key: jax.Array, q: int, step: float, res: int = 0) -> tuple[jax.Array, jax.Array]:
+    """``x [B, ...]`` and ``x + step * u_i`` for ``q`` directions each: ``([B * (q+1), ...], u [B, q, d])``."""
     b = x.shape[0]
     d = math.prod(x.shape[1:])
-    u = jax.random.normal(key, (b, q, d), x.dtype)
+    u = directions(key, b, q, x.shape[1:], res)
     xf = x.reshape(b, 1, d)
     return jnp.concatenate([xf, xf + step * u], axis=1).reshape(-1, *x.shape[1:]), u
 
 
-def zo_gradient(loss: Callable[[jax.Array], jax.Array], x: jax.Array, key: jax.Array, q: int, mu: float
-                ) -> jax.Array:
+def zo_gradient(loss: Callable[[jax.Array], jax.Array], x: jax.Array, key: jax.Array, q: int, mu: float,
+                res: int = 0) -> jax.Array:
     """Two-point zeroth-order estimate of ``grad L_b(x_b)`` for every image: ``mean_i (L(x+mu u_i)-L(x))/mu u_i``.
 
     ``loss`` maps a query batch ``[n, ...]`` to per-query losses ``[n]`` (queries are ordered image by image:
     ``x_b`` then its ``q`` perturbations). Unbiased for the Gaussian-smoothed loss (Nesterov and Spokoiny, 2017).
     """
-    qs, u = _queries(x, key, q, mu)
+    qs, u = _queries(x, key, q, mu, res)
     l = loss(qs).reshape(x.shape[0], q + 1)
     return (((l[:, 1:] - l[:, :1]) / mu)[..., None] * u).mean(1).reshape(x.shape)
 
 
-def sign_gradient(hit: Callable[[jax.Array], jax.Array], x: jax.Array, key: jax.Array, q: int, delta: float
-                  ) -> jax.Array:
+def sign_gradient(hit: Callable[[jax.Array], jax.Array], x: jax.Array, key: jax.Array, q: int, delta: float,
+                  res: int = 0) -> jax.Array:
     """Label-only estimate: minus the gradient of ``E_u[hit(x + delta u)]`` (Stein's identity, mean baseline).
 
     ``hit`` maps queries to booleans (``label == target``). Uses the same ``q + 1`` queries per image as
     :func:`zo_gradient` (the centre query is spent but only the ``q`` perturbed answers enter the estimate).
     """
-    qs, u = _queries(x, key, q, delta)
+    qs, u = _queries(x, key, q, delta, res)
     h = hit(qs).astype(jnp.float32).reshape(x.shape[0], q + 1)[:, 1:]
     return -(((h - h.mean(1, keepdims=True)) / delta)[..., None] * u).mean(1).reshape(x.shape)
 
@@ -198,9 +213,9 @@ def make_attack(setup: AttackSetup, apply_t: Callable) -> Callable:
         """Per-image gradient estimate ``[B, H, W, C]`` of the view loss, from queries only."""
         if setup.attacker == "zo":
             return zo_gradient(lambda q: view_loss(setup.method, view(params_t, q), yq), x, key, cfg.directions,
-                               cfg.mu)
+                               cfg.mu, cfg.direction_res)
         return sign_gradient(lambda q: view_labels(setup.method, view(params_t, q)) == yq, x, key, cfg.directions,
-                             cfg.sign_delta)
+                             cfg.sign_delta, cfg.direction_res)
 
     yq = jnp.repeat(ys, cfg.directions + 1)
 

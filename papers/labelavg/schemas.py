@@ -147,6 +147,7 @@ class AttackConfig:
     steps: int = 400  # generator updates
     directions: int = 10  # q: random directions per gradient estimate (q + 1 queries per image)
     mu: float = 1e-3  # finite-difference step (normalised pixel units)
+    direction_res: int = 7  # search directions drawn on a res x res grid and upsampled (0: full resolution)
     sign_delta: float = 0.5  # smoothing radius of the label-only (sign) estimator
     lr: float = 1e-3  # generator Adam
     tv_weight: float = 0.05
@@ -161,6 +162,8 @@ class AttackConfig:
             raise ValueError(f"attackers must be names from {ATTACKERS}, got {self.attackers}")
         if not 0 < self.query_fraction <= 1:
             raise ValueError(f"query_fraction must be in (0, 1], got {self.query_fraction}")
+        if self.direction_res < 0:
+            raise ValueError(f"direction_res must be >= 0, got {self.direction_res}")
         for name in ("images_per_class", "steps", "directions", "latent_dim", "evaluator_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

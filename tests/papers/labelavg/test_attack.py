@@ -47,7 +47,7 @@ def test_answers_through_the_public_batch_equal_direct_answers(method):
     pub = jax.random.normal(jax.random.key(1), (50, *SHAPE))
     q = jax.random.normal(jax.random.key(2), (5, *SHAPE))
     batch, pos = deliver(jax.random.key(3), pub, q, 0.25)
-    np.testing.assert_allclose(extract(view(W, batch), pos), view(W, q), rtol=1e-6)
+    np.testing.assert_allclose(extract(view(W, batch), pos), view(W, q), rtol=1e-5, atol=1e-5)  # float reassociation
     out = view(W, q)
     if method == "labelavg":
         assert out.dtype == jnp.int32 and out.shape == (5,)  # the server only ever sees labels
