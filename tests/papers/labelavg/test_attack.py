@@ -10,6 +10,7 @@ import pytest
 from papers.labelavg.attack import (
     AttackSetup,
     deliver,
+    directions,
     extract,
     make_attack,
     make_view,
@@ -125,3 +126,19 @@ def test_queries_and_rounds_accounting():
     assert s.queries_per_step == 6 * 10
     assert s.rounds_needed(public_batch=300) == int(np.ceil(6 * 10 * 100 / 60))
     assert _setup("labelavg", "whitebox").queries_per_step == 0
+
+
+def test_low_resolution_directions_are_smooth_and_full_resolution_is_plain_gaussian():
+    """``res`` draws directions on a coarse grid (AutoZOOM): neighbouring pixels then move together."""
+    key = jax.random.key(0)
+    full = directions(key, 2, 3, (28, 28, 1), res=0)
+    low = directions(key, 2, 3, (28, 28, 1), res=7)
+    assert full.shape == low.shape == (2, 3, 784)
+    np.testing.assert_array_equal(directions(key, 2, 3, (6, 6, 1), res=7), directions(key, 2, 3, (6, 6, 1), res=0))
+
+    def neighbour_corr(u):
+        img = np.asarray(u).reshape(-1, 28, 28)
+        a, b = img[:, :, :-1].ravel(), img[:, :, 1:].ravel()
+        return np.corrcoef(a, b)[0, 1]
+
+    assert neighbour_corr(low) > 0.8 and abs(neighbour_corr(full)) < 0.1

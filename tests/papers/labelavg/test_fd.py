@@ -116,7 +116,8 @@ def test_labelavg_run_learns_and_vmaps_over_seeds():
     assert out["acc"].shape == (2, K) and out["curve"].shape == (2, SCHED.rounds)
     assert np.isfinite(np.asarray(out["curve"])).all()
     assert float(out["acc"].mean()) > 0.8  # far above chance (0.25) on the separable toy task
-    assert not np.allclose(out["acc"][0], out["acc"][1])  # seeds differ
+    leaf = jax.tree.leaves(out["params"])[0]
+    assert not np.allclose(leaf[0], leaf[1])  # seeds differ (the toy task is solved by both, so compare weights)
 
 
 @pytest.mark.parametrize("method", M.PARAM_METHODS)
