@@ -80,16 +80,19 @@ def accuracy(ctx: RunContext):
     todo = [d for d in p.datasets if available(d, ctx.data_dir)]
     for d in sorted(set(p.datasets) - set(todo)):
         ctx.progress.log(f"{d} not installed (Debian package dataset-fashion-mnist); skipped")
-    ctx.progress.start(len(todo) * len(ctx.policies) * len(p.alphas))
+    ctx.progress.start(len(todo) * len(ctx.policies))
     for ds in todo:
         data = load_fd_data(ds, ctx.data_dir, sched)
         for name, pol in ctx.policies.items():
             fed = make_federation(hw.client_archs(pol.method), data.in_shape, data.num_classes, REGISTRY)
             led = traffic(fed, pol, sched, data.num_classes, _shapes(data.arrays), data.y_private.size)
-            for alpha in p.alphas:
-                _, idx, counts = client_splits(data.y_private, hw.num_clients, alpha, seeds, sched.min_per_client)
-                out = run_federation(fed, pol, sched, data, keys, idx, counts)
-                acc, curve = np.asarray(out["acc"]), np.asarray(out["curve"])
+            # every (alpha, seed) pair is one row of a single vmapped run: one compile per dataset and method
+            splits = [client_splits(data.y_private, hw.num_clients, a, seeds, sched.min_per_client) for a in p.alphas]
+            out = run_federation(fed, pol, sched, data, jnp.concatenate([keys] * len(p.alphas)),
+                                 jnp.concatenate([s[1] for s in splits]), jnp.concatenate([s[2] for s in splits]))
+            acc_all, curve_all = np.asarray(out["acc"]), np.asarray(out["curve"])
+            for a_i, alpha in enumerate(p.alphas):
+                acc, curve = (v[a_i * len(seeds):(a_i + 1) * len(seeds)] for v in (acc_all, curve_all))
                 cond = {"trace": TRACE[ds], "alpha": float(alpha), "clients": hw.num_clients}
                 rows += metric_rows(name, {
                     "test_acc": (acc.mean(1), "fraction"),
@@ -100,7 +103,7 @@ def accuracy(ctx: RunContext):
                 for r in range(curve.shape[1]):
                     rows += metric_rows(name, {"curve_test_acc": (curve[:, r], "fraction")}, seeds=seeds, **cond,
                                         round=r + 1)
-                ctx.progress.update()
+            ctx.progress.update()
     plots.accuracy_figures(ctx, rows)
     return rows
 
