@@ -21,7 +21,8 @@ def test_ssim_of_constant_images_has_a_closed_form():
     """Zero variances: SSIM = (2ab + C1) / (a^2 + b^2 + C1)."""
     a, b, c1 = 0.2, 0.7, 0.01**2
     got = float(ssim(jnp.full((16, 16, 1), a), jnp.full((16, 16, 1), b)))
-    assert got == pytest.approx((2 * a * b + c1) / (a * a + b * b + c1), rel=1e-4)
+    # float32: the variances E[x^2] - mu^2 cancel only to ~1e-7, which C2 = 9e-4 turns into ~1e-4 relative
+    assert got == pytest.approx((2 * a * b + c1) / (a * a + b * b + c1), rel=1e-3)
 
 
 def test_ssim_identity_symmetry_and_monotone_in_noise():
