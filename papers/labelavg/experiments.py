@@ -108,6 +108,11 @@ def accuracy(ctx: RunContext):
     return rows
 
 
+# The same experiment with one dataset per config file, so that the datasets can run as separate processes.
+for _name in ("accuracy_fashion_mnist", "accuracy_cifar10_jpeg"):
+    experiment("labelavg", _name, params=AccuracyParams)(accuracy)
+
+
 def train_evaluator(data: FDData, arch: str, steps: int, key: jax.Array) -> tuple[Callable, object]:
     """An independent classifier trained on the *test* split only (it never sees any client's private data)."""
     fed = make_federation([arch], data.in_shape, data.num_classes, REGISTRY)
