@@ -199,3 +199,7 @@ def attack(ctx: RunContext):
             ctx.progress.update()
     plots.attack_figures(ctx, rows, figure)
     return rows
+
+
+# The same experiment for the adaptive / white-box attackers, so that it can run as a separate process.
+experiment("labelavg", "attack_adaptive", params=AttackParams)(attack)
