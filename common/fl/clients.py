@@ -1,6 +1,7 @@
 """Federated clients as stacked parameters: one pytree per architecture group, leading axis = client.
 
-A :class:`Federation` assigns each of ``K`` clients an architecture from :data:`common.models.small.MODELS`;
+A :class:`Federation` assigns each of ``K`` clients an architecture by name, from :data:`common.models.small.MODELS`
+or from a caller's registry of flax NNX classes with the same constructor ``(in_shape, num_classes, *, rngs)``;
 clients that share an architecture form a :class:`ClientGroup` whose parameters are stacked along axis 0, so
 one ``vmap`` trains the whole group in a single step (heterogeneous federations run one group after the other,
 inside the same ``jit``). Everything here is a pure function of arrays and can live inside ``lax.scan``:
@@ -17,7 +18,7 @@ server side of a protocol sees only what :mod:`common.fl.comm` records.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import jax
@@ -40,6 +41,7 @@ class ClientGroup:
     client_ids: tuple[int, ...]
     apply: Apply
     graphdef: nnx.GraphDef
+    model_cls: type[nnx.Module]
 
     @property
     def size(self) -> int:
@@ -80,31 +82,37 @@ class Federation:
         return [per_client[np.asarray(g.client_ids)] for g in self.groups]
 
 
-def _graphdef(arch: str, in_shape: tuple[int, int, int], num_classes: int) -> nnx.GraphDef:
-    abstract = nnx.eval_shape(lambda: MODELS[arch](tuple(in_shape), num_classes, rngs=nnx.Rngs(0)))
+def _graphdef(cls: type[nnx.Module], in_shape: tuple[int, int, int], num_classes: int) -> nnx.GraphDef:
+    abstract = nnx.eval_shape(lambda: cls(tuple(in_shape), num_classes, rngs=nnx.Rngs(0)))
     return nnx.split(abstract, nnx.Param)[0]
 
 
-def make_federation(archs: Sequence[str], in_shape: Sequence[int], num_classes: int = 10) -> Federation:
-    """A federation whose client ``k`` uses architecture ``archs[k]`` (a key of ``MODELS``)."""
+def make_federation(archs: Sequence[str], in_shape: Sequence[int], num_classes: int = 10,
+                    registry: Mapping[str, type[nnx.Module]] | None = None) -> Federation:
+    """A federation whose client ``k`` uses architecture ``archs[k]``.
+
+    Names are looked up in ``registry`` (default :data:`common.models.small.MODELS`); every class must be a
+    stateless-apart-from-``nnx.Param`` NNX module built as ``cls(in_shape, num_classes, rngs=...)``.
+    """
+    registry = MODELS if registry is None else registry
     archs = tuple(str(a) for a in archs)
     if not archs:
         raise ValueError("a federation needs at least one client")
-    unknown = sorted(set(archs) - set(MODELS))
+    unknown = sorted(set(archs) - set(registry))
     if unknown:
-        raise ValueError(f"unknown architectures {unknown}; known: {sorted(MODELS)}")
+        raise ValueError(f"unknown architectures {unknown}; known: {sorted(registry)}")
     in_shape = tuple(int(s) for s in in_shape)
     if len(in_shape) != 3:
         raise ValueError(f"in_shape must be (H, W, C), got {in_shape}")
     groups = []
     for arch in dict.fromkeys(archs):
-        gd = _graphdef(arch, in_shape, num_classes)
+        gd = _graphdef(registry[arch], in_shape, num_classes)
 
         def apply(p: Params, x: jax.Array, gd=gd) -> jax.Array:
             return nnx.merge(gd, p)(x)
 
         ids = tuple(k for k, a in enumerate(archs) if a == arch)
-        groups.append(ClientGroup(arch, ids, apply, gd))
+        groups.append(ClientGroup(arch, ids, apply, gd, registry[arch]))
     return Federation(tuple(groups), archs, in_shape, num_classes)  # type: ignore[arg-type]
 
 
@@ -116,8 +124,8 @@ def init_params(fed: Federation, key: jax.Array) -> tuple[Params, ...]:
     """
     out = []
     for g in fed.groups:
-        def one(k, arch=g.arch):
-            m = MODELS[arch](fed.in_shape, fed.num_classes, rngs=nnx.Rngs(k))
+        def one(k, cls=g.model_cls):
+            m = cls(fed.in_shape, fed.num_classes, rngs=nnx.Rngs(k))
             return nnx.split(m, nnx.Param)[1]
 
         keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.asarray(g.client_ids))

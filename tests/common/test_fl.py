@@ -144,6 +144,23 @@ def test_federation_groups_and_scatter_gather():
         make_federation(["mlp", "resnet"], SHAPE)
 
 
+def test_federation_with_a_custom_registry():
+    from flax import nnx
+
+    class Linear(nnx.Module):
+        def __init__(self, in_shape, num_classes, *, rngs):
+            self.l = nnx.Linear(int(np.prod(in_shape)), num_classes, rngs=rngs)
+
+        def __call__(self, x):
+            return self.l(x.reshape(x.shape[0], -1))
+
+    fed = make_federation(["lin", "lin"], SHAPE, 4, registry={"lin": Linear})
+    (params,) = init_params(fed, jax.random.key(0))
+    assert predict(fed.groups[0].apply, params, jnp.zeros((3, *SHAPE))).shape == (2, 3, 4)
+    with pytest.raises(ValueError, match="unknown architectures"):
+        make_federation(["mlp"], SHAPE, 4, registry={"lin": Linear})
+
+
 def test_init_is_per_client_and_pure():
     fed = make_federation(["mlp", "lenet", "mlp"], SHAPE, 4)
     p1 = init_params(fed, jax.random.key(0))

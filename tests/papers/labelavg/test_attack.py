@@ -1,0 +1,144 @@
+"""L-Attack: query delivery through the public batch, the estimators, black-box access only, and that it works."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from papers.labelavg.attack import (
+    AttackSetup,
+    deliver,
+    directions,
+    extract,
+    make_attack,
+    make_view,
+    sign_gradient,
+    view_labels,
+    view_loss,
+    zo_gradient,
+)
+from papers.labelavg.schemas import AttackConfig
+
+SHAPE, C = (6, 6, 1), 3
+W = jax.random.normal(jax.random.key(42), (36, C)) * 0.5
+
+
+def apply_t(w, x):
+    """A toy 'client model': linear logits."""
+    return x.reshape(x.shape[0], -1) @ w
+
+
+def test_deliver_hides_queries_and_extract_reads_them_back():
+    pub = jnp.arange(100 * 36, dtype=jnp.float32).reshape(100, *SHAPE)
+    q = -jnp.ones((8, *SHAPE)) * jnp.arange(1, 9)[:, None, None, None]
+    batch, pos = deliver(jax.random.key(0), pub, q, 0.2)
+    assert batch.shape[0] == 40 and len(set(np.asarray(pos).tolist())) == 8
+    np.testing.assert_array_equal(extract(batch, pos), q)
+    assert int((batch.reshape(40, -1)[:, 0] >= 0).sum()) == 32  # the rest are real public samples
+    with pytest.raises(ValueError, match="public rows"):
+        deliver(jax.random.key(0), pub[:10], q, 0.2)
+
+
+@pytest.mark.parametrize("method", ["labelavg", "dsfl", "fedmd", "feddf"])
+def test_answers_through_the_public_batch_equal_direct_answers(method):
+    """Each row of an upload depends only on its own input, so hidden queries get their own answers."""
+    view = make_view(method, apply_t, C)
+    pub = jax.random.normal(jax.random.key(1), (50, *SHAPE))
+    q = jax.random.normal(jax.random.key(2), (5, *SHAPE))
+    batch, pos = deliver(jax.random.key(3), pub, q, 0.25)
+    np.testing.assert_allclose(extract(view(W, batch), pos), view(W, q), rtol=1e-5, atol=1e-5)  # float reassociation
+    out = view(W, q)
+    if method == "labelavg":
+        assert out.dtype == jnp.int32 and out.shape == (5,)  # the server only ever sees labels
+    else:
+        assert out.shape == (5, C)
+
+
+def test_zo_gradient_estimates_a_linear_gradient():
+    a = jax.random.normal(jax.random.key(0), (2, 36))
+    loss = lambda q: (q.reshape(2, -1, 36) * a[:, None]).sum(-1).reshape(-1)
+    x = jnp.zeros((2, *SHAPE))
+    g = zo_gradient(loss, x, jax.random.key(1), q=4000, mu=1e-2).reshape(2, 36)
+    cos = (g * a).sum(-1) / (jnp.linalg.norm(g, axis=-1) * jnp.linalg.norm(a, axis=-1))
+    assert (np.asarray(cos) > 0.9).all()
+
+
+def test_zo_on_hard_labels_is_zero_away_from_boundaries():
+    """The plain L-Attack sees a piecewise-constant 0-1 loss: its finite differences vanish."""
+    view = make_view("labelavg", apply_t, C)
+    x = 5.0 * jnp.sign(W[:, 0]).reshape(1, *SHAPE)  # deep inside class 0
+    y = jnp.array([1])
+    g = zo_gradient(lambda q: view_loss("labelavg", view(W, q), jnp.repeat(y, q.shape[0])), x, jax.random.key(0),
+                    q=50, mu=1e-3)
+    assert float(jnp.abs(g).max()) == 0.0
+
+
+def test_sign_gradient_points_toward_the_target_class():
+    """The smoothed-sign estimator moves a point across the decision boundary using labels only."""
+    view = make_view("labelavg", apply_t, C)
+    x = jnp.zeros((1, *SHAPE))
+    target = jnp.array([2])
+    hit = lambda q: view_labels("labelavg", view(W, q)) == jnp.repeat(target, q.shape[0])
+    for i in range(30):
+        x = x - 0.5 * sign_gradient(hit, x, jax.random.key(i), q=64, delta=1.0)
+    assert int(view(W, x)[0]) == 2
+
+
+def _cfg(**kw):
+    base = dict(images_per_class=2, latent_dim=8, steps=150, directions=10, lr=1e-2, tv_weight=0.0, l2_weight=0.0,
+                min_class_count=1)
+    return AttackConfig(**{**base, **kw})
+
+
+def _setup(method, attacker, **kw):
+    return AttackSetup(method, attacker, SHAPE, C, (0.0,), (1.0,), _cfg(**kw))
+
+
+@pytest.mark.parametrize("attacker", ["zo", "whitebox"])
+def test_attack_on_logits_makes_the_target_agree(attacker):
+    atk = jax.jit(make_attack(_setup("fedmd", attacker), apply_t))
+    _, ys, rate0 = jax.jit(make_attack(_setup("fedmd", "init"), apply_t))(jax.random.key(0), W)
+    x, ys, rate = atk(jax.random.key(0), W)
+    assert x.shape == (6, *SHAPE) and ys.tolist() == [0, 0, 1, 1, 2, 2]
+    assert float(rate.mean()) == 1.0 and float(rate0.mean()) < 1.0
+
+
+def test_black_box_attackers_never_differentiate_the_client_model():
+    """The client model is a host callback without derivatives: zo and sign run, whitebox cannot."""
+    w_np = np.asarray(W)
+
+    def opaque(_, x):
+        spec = jax.ShapeDtypeStruct((x.shape[0], C), jnp.float32)
+        return jax.pure_callback(lambda xx: (np.asarray(xx).reshape(xx.shape[0], -1) @ w_np).astype(np.float32),
+                                 spec, x)
+
+    for attacker in ("zo", "sign"):
+        x, _, rate = make_attack(_setup("fedmd", attacker, steps=3), opaque)(jax.random.key(0), W)
+        assert np.isfinite(np.asarray(x)).all()
+    with pytest.raises(Exception, match="(?i)pure_callback|differentiat|jvp"):
+        make_attack(_setup("fedmd", "whitebox", steps=3), opaque)(jax.random.key(0), W)
+
+
+def test_queries_and_rounds_accounting():
+    s = _setup("labelavg", "zo", steps=100, directions=9, images_per_class=2, query_fraction=0.2)
+    assert s.queries_per_step == 6 * 10
+    assert s.rounds_needed(public_batch=300) == int(np.ceil(6 * 10 * 100 / 60))
+    assert _setup("labelavg", "whitebox").queries_per_step == 0
+
+
+def test_low_resolution_directions_are_smooth_and_full_resolution_is_plain_gaussian():
+    """``res`` draws directions on a coarse grid (AutoZOOM): neighbouring pixels then move together."""
+    key = jax.random.key(0)
+    full = directions(key, 2, 3, (28, 28, 1), res=0)
+    low = directions(key, 2, 3, (28, 28, 1), res=7)
+    assert full.shape == low.shape == (2, 3, 784)
+    np.testing.assert_array_equal(directions(key, 2, 3, (6, 6, 1), res=7), directions(key, 2, 3, (6, 6, 1), res=0))
+
+    def neighbour_corr(u):
+        img = np.asarray(u).reshape(-1, 28, 28)
+        a, b = img[:, :, :-1].ravel(), img[:, :, 1:].ravel()
+        return np.corrcoef(a, b)[0, 1]
+
+    assert neighbour_corr(low) > 0.8 and abs(neighbour_corr(full)) < 0.1
