@@ -56,11 +56,14 @@ def policy_knobs(shape: FedShape, pol: FedSSLPolicy, p: FedSSLParams) -> Knobs:
 
 def partitions(labels: np.ndarray, num_clients: int, alpha: float, seeds: np.ndarray, min_per_client: int
                ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """One partition per seed, padded to a common width: ``(idx [S, K, M], counts [S, K], histograms)``."""
+    """One partition per seed: ``(idx [S, K, N], counts [S, K], histograms)``.
+
+    Rows are padded to the pool size ``N`` (not the largest shard), so array shapes depend only on the config and
+    every split of the same size reuses one compiled program.
+    """
     parts = [dirichlet_partition(labels, num_clients, None if alpha == 0 else alpha, seed=int(s),
                                  min_per_client=min_per_client) for s in seeds]
-    width = max(max(len(q) for q in ps) for ps in parts)
-    padded = [pad_partitions(ps, width) for ps in parts]
+    padded = [pad_partitions(ps, labels.size) for ps in parts]
     idx = np.stack([a for a, _ in padded])
     counts = np.stack([c for _, c in padded])
     check_shards(counts)
