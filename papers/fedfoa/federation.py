@@ -133,8 +133,8 @@ class Knobs(NamedTuple):
     calib_floor: jax.Array  # smallest step scale calibration applies
 
 
-def knobs(shape: FedShape, method: str, *, backbone: str = "byol", foa: bool = False, calibrate: bool = False, lam: float = 1.0,
-          kd_weight: float = 1.0, lr: float = 0.05, momentum: float = 0.9, weight_decay: float = 5e-4,
+def knobs(shape: FedShape, method: str, *, backbone: str = "byol", foa: bool = False, calibrate: bool = False,
+          lam: float = 1.0, kd_weight: float = 1.0, lr: float = 0.05, momentum: float = 0.9, weight_decay: float = 5e-4,
           target_tau: float = 0.99, dapu_threshold: float = 0.4, ema_scaler_target: float = 0.7,
           calib_floor: float = 0.1) -> Knobs:
     """Validate a policy against ``shape`` and pack it as traced knobs (raises ConfigurationError)."""
@@ -158,7 +158,8 @@ def knobs(shape: FedShape, method: str, *, backbone: str = "byol", foa: bool = F
         raise ConfigurationError("need 0 <= target_tau < 1, dapu_threshold >= 0, ema_scaler_target > 0, "
                                  "0 < calib_floor <= 1")
     f = jnp.float32
-    return Knobs(jnp.bool_(backbone == "simsiam"), jnp.int32(SHARE_CODE[method]), jnp.bool_(foa), jnp.bool_(calibrate), jnp.bool_(method == "kd"),
+    return Knobs(jnp.bool_(backbone == "simsiam"), jnp.int32(SHARE_CODE[method]), jnp.bool_(foa),
+                 jnp.bool_(calibrate), jnp.bool_(method == "kd"),
                  f(lam), f(kd_weight), f(lr), f(momentum), f(weight_decay), f(target_tau), f(dapu_threshold),
                  f(ema_scaler_target), f(calib_floor))
 

@@ -222,7 +222,7 @@ def run_fedssl(ctx) -> list[dict]:
 def random_init_rows(shape: FedShape, p: FedSSLParams, data: SSLData, seeds: np.ndarray, cond: dict) -> list[dict]:
     """Linear probe of untrained encoders (the same per-client initialisations the local policy starts from)."""
     inits = []
-    for gi, ((spec, n), net) in enumerate(zip(shape.groups, [make_net(s) for s, _ in shape.groups], strict=True)):
+    for gi, ((_, n), net) in enumerate(zip(shape.groups, [make_net(s) for s, _ in shape.groups], strict=True)):
         def one(seed, gi=gi, n=n, net=net):
             kc = jax.random.split(jax.random.split(jax.random.key(seed))[0])[1]
             return jax.vmap(net.init)(jax.random.split(jax.random.fold_in(kc, gi), n))

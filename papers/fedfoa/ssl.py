@@ -3,8 +3,8 @@
 BYOL (Grill et al., 2020): online encoder+projector+predictor ``q(g(f(v)))`` regresses the target network's
 projection ``g'(f'(v'))`` of the other view, normalised MSE ``2 - 2 cos``, symmetrised; the target is an EMA of
 the online encoder+projector (:func:`ema_update`). SimSiam (Chen and He, 2021): ``-cos(q(z1), sg(z2)) / 2`` and
-the symmetric term, with no target network. :func:`siamese_loss` computes either from a traced flag. All return the online projections ``(z1, z2)`` as auxiliary output
-(FedFoA's relation matrices are computed on them).
+the symmetric term, with no target network. :func:`siamese_loss` computes either from a traced flag. All return
+the online projections ``(z1, z2)`` as auxiliary output (FedFoA's relation matrices are computed on them).
 
 The two views go through the network as one ``vmap`` over a leading view axis, so batch-norm statistics are per
 view (as in the reference implementations) while the matmuls are batched.
