@@ -1,0 +1,233 @@
+"""Run the policies of one FedSSL experiment and turn the trained encoders into result rows.
+
+:func:`run_fedssl` is what every training experiment calls: it loads the data the trace names, draws one
+client partition per seed, runs every policy on one compiled program (seeds ``vmap``ped), checks the health of
+each run (skipped non-finite steps, collapsed representations), evaluates every client's encoder (linear probe
+and, if asked, 1 % / 10 % fine-tuning) and reports exact bytes per round.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from common.fl.partition import dirichlet_partition, label_histogram, pad_partitions, split_public
+from common.repro.results import metric_rows
+from papers.fedfoa.data import SSLData, available, check_shards, load_ssl_data
+from papers.fedfoa.evaluation import compiled_eval
+from papers.fedfoa.federation import (
+    SHARE_CODE,
+    FedShape,
+    Knobs,
+    TrainOutput,
+    bytes_per_round,
+    compiled_train,
+    knobs,
+)
+from papers.fedfoa.models import NetSpec, make_net
+from papers.fedfoa.schemas import FederationHardware, FedSSLParams, FedSSLPolicy
+
+
+class DatasetUnavailable(RuntimeError):
+    """The trace names a dataset that is not installed (Fashion-MNIST comes from a Debian package)."""
+
+
+def net_specs(hw: FederationHardware, in_channels: int) -> tuple[tuple[NetSpec, int], ...]:
+    return tuple((NetSpec(g.arch, in_channels, g.proj_dim, hw.hidden), g.count) for g in hw.clients)
+
+
+def make_shape(hw: FederationHardware, p: FedSSLParams, in_channels: int, kd_path: bool) -> FedShape:
+    return FedShape(groups=net_specs(hw, in_channels), rounds=p.rounds, local_steps=p.local_steps,
+                    batch_size=p.batch_size, rank=p.rank, rel_samples=p.rel_samples, kd_path=kd_path,
+                    kd_batch=p.kd_batch, image_size=p.image_size)
+
+
+def policy_knobs(shape: FedShape, pol: FedSSLPolicy, p: FedSSLParams) -> Knobs:
+    return knobs(shape, pol.method, backbone=p.backbone, foa=pol.foa, calibrate=pol.calibrate, lam=pol.lam,
+                 kd_weight=pol.kd_weight, lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay,
+                 target_tau=p.target_tau, dapu_threshold=pol.dapu_threshold,
+                 ema_scaler_target=pol.ema_scaler_target, calib_floor=p.calib_floor)
+
+
+def partitions(labels: np.ndarray, num_clients: int, alpha: float, seeds: np.ndarray, min_per_client: int
+               ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """One partition per seed: ``(idx [S, K, N], counts [S, K], histograms)``.
+
+    Rows are padded to the pool size ``N`` (not the largest shard), so array shapes depend only on the config and
+    every split of the same size reuses one compiled program.
+    """
+    parts = [dirichlet_partition(labels, num_clients, None if alpha == 0 else alpha, seed=int(s),
+                                 min_per_client=min_per_client) for s in seeds]
+    padded = [pad_partitions(ps, labels.size) for ps in parts]
+    idx = np.stack([a for a, _ in padded])
+    counts = np.stack([c for _, c in padded])
+    check_shards(counts)
+    return idx, counts, [label_histogram(labels, ps) for ps in parts]
+
+
+@dataclass
+class Health:
+    """What went wrong in one run, per seed: skipped steps and clients whose final relation matrix collapsed."""
+
+    bad_steps: np.ndarray  # [S]
+    collapsed: np.ndarray  # [S] clients whose final representation was non-finite or constant
+    messages: list[str]
+
+
+def health(out: TrainOutput, seeds: np.ndarray, policy: str) -> Health:
+    bad = np.asarray(out.stats.bad_steps)  # [S, R, K]
+    ok = np.asarray(out.stats.rel_ok)
+    collapsed = (~ok[:, -1, :]).sum(-1)
+    msgs = []
+    for si, s in enumerate(seeds):
+        if bad[si].sum():
+            r, k = np.argwhere(bad[si] > 0)[0]
+            msgs.append(f"{policy} seed {s}: {int(bad[si].sum())} non-finite local steps skipped "
+                        f"(first at round {r}, client {k})")
+        if collapsed[si]:
+            ks = np.flatnonzero(~ok[si, -1]).tolist()
+            msgs.append(f"{policy} seed {s}: clients {ks} ended with collapsed (non-finite or constant) "
+                        "representations; the server left them out of the aggregate")
+    return Health(bad.sum(axis=(1, 2)), collapsed, msgs)
+
+
+def _flat(tree: Any) -> Any:
+    """``[S, k, ...] -> [S * k, ...]``."""
+    return jax.tree.map(lambda a: a.reshape(a.shape[0] * a.shape[1], *a.shape[2:]), tree)
+
+
+def _ft_subset(labels: np.ndarray, fraction: float, seed: int, num_classes: int) -> np.ndarray:
+    n = max(num_classes, int(round(fraction * labels.size)))
+    if n >= labels.size:
+        return np.arange(labels.size)
+    return split_public(labels, n, seed=seed)[1]
+
+
+def evaluate(shape: FedShape, p: FedSSLParams, data: SSLData, out_clients, global_params, seeds: np.ndarray,
+             ) -> dict[str, np.ndarray]:
+    """Per seed: client-mean / worst-client linear-probe accuracy, per-architecture means, global-model accuracy,
+    and fine-tuning accuracy at each labelled fraction (all in %)."""
+    xe, ye = (data.val_x, data.val_y) if p.eval_on == "val" else (data.test_x, data.test_y)
+    mean, std = jnp.asarray(data.mean), jnp.asarray(data.std)
+    x_tr, y_tr, x_te, y_te = (jnp.asarray(a) for a in (data.pool_x, data.pool_y, xe, ye))
+    S = len(seeds)
+    res: dict[str, np.ndarray] = {}
+    all_acc = []
+    ft_all: dict[float, list[np.ndarray]] = {f: [] for f in p.ft_fractions}
+    for (spec, n), params in zip(shape.groups, out_clients, strict=True):
+        probe, ft = compiled_eval(spec, p.image_size, data.num_classes, p.probe_steps, p.ft_steps, p.ft_batch)
+        acc = np.asarray(probe(_flat(params), x_tr, y_tr, x_te, y_te, mean, std)).reshape(S, n) * 100
+        res[f"probe_acc_{spec.arch}"] = acc.mean(1)
+        all_acc.append(acc)
+        for f in p.ft_fractions:
+            per_seed = []
+            for si, s in enumerate(seeds):
+                sub = _ft_subset(data.pool_y, f, int(s), data.num_classes)
+                keys = jax.random.split(jax.random.key(int(s) + 7919), n)
+                one = jax.tree.map(lambda a, si=si: a[si], params)
+                per_seed.append(np.asarray(ft(one, keys, jnp.asarray(data.pool_x[sub]), jnp.asarray(data.pool_y[sub]),
+                                              x_te, y_te, mean, std)) * 100)
+            ft_all[f].append(np.stack(per_seed))
+    acc = np.concatenate(all_acc, axis=1)
+    res["probe_acc"] = acc.mean(1)
+    res["probe_acc_worst"] = acc.min(1)
+    for f, parts in ft_all.items():
+        res[f"ft_acc_{f * 100:g}pct"] = np.concatenate(parts, axis=1).mean(1)
+    if global_params is not None:
+        spec = shape.groups[0][0]
+        probe, _ = compiled_eval(spec, p.image_size, data.num_classes, p.probe_steps, p.ft_steps, p.ft_batch)
+        res["probe_acc_global"] = np.asarray(probe(global_params, x_tr, y_tr, x_te, y_te, mean, std)) * 100
+    return res
+
+
+def load_data(trace: Any, data_dir, p: FedSSLParams) -> SSLData:
+    name = trace.options.get("dataset") if trace is not None else None
+    if not name:
+        raise ValueError("the trace config must name options.dataset (cifar10_jpeg, mnist or fashion_mnist)")
+    if not available(name, data_dir):
+        raise DatasetUnavailable(f"dataset {name} is not installed here (Fashion-MNIST: apt-get install "
+                                 "dataset-fashion-mnist); skipping")
+    return load_ssl_data(name, data_dir, n_pool=p.n_pool, n_public=p.n_public, n_val=p.n_val, n_test=p.n_test)
+
+
+def run_fedssl(ctx) -> list[dict]:
+    """Every policy of the experiment on the federation ``ctx.hardware``; returns long-format rows."""
+    p: FedSSLParams = ctx.params
+    hw: FederationHardware = ctx.hardware
+    data = load_data(ctx.trace, ctx.data_dir, p)
+    seeds = ctx.seeds()
+    if p.n_public < 1 and any(pol.method == "kd" for pol in ctx.policies.values()):
+        raise ValueError(f"{ctx.experiment}: the kd policy needs a public set (params.n_public >= 1)")
+    # the KD code is compiled in whenever a public set exists, so experiments of one federation share a program
+    shape = make_shape(hw, p, data.pool_x.shape[-1], kd_path=p.n_public > 0)
+    kns = {name: policy_knobs(shape, pol, p) for name, pol in ctx.policies.items()}  # validate all first
+    idx, counts, hists = partitions(data.pool_y, shape.num_clients, p.alpha, seeds, p.min_per_client)
+    for s, h in zip(seeds, hists, strict=True):
+        ctx.progress.log(f"seed {s} partition ({p.split_name}) class histogram per client: {h.tolist()}")
+    train = compiled_train(shape)
+    args = (jax.vmap(jax.random.key)(jnp.asarray(seeds)), jnp.asarray(idx), jnp.asarray(counts),
+            jnp.asarray(data.pool_x), jnp.asarray(data.public_x), jnp.asarray(data.mean), jnp.asarray(data.std))
+    cond = {"split": p.split_name, "backbone": p.backbone}
+    rows: list[dict] = []
+    ctx.progress.start(len(kns) + int(p.random_init_reference), "policies")
+    for name, kn in kns.items():
+        pol = ctx.policies[name]
+        t0 = time.monotonic()
+        out = jax.block_until_ready(train(kn, *args))
+        t_train = time.monotonic() - t0
+        hl = health(out, seeds, name)
+        for m in hl.messages:
+            ctx.progress.log("WARNING " + m)
+        glob = out.server.global_params if SHARE_CODE[pol.method] else None
+        ev = evaluate(shape, p, data, [c.params for c in out.clients], glob, seeds)
+        b = bytes_per_round(shape, pol.method, pol.foa, data.public_x.shape[0])
+        st = out.stats
+        metrics = {k: (v, "%") for k, v in ev.items()}
+        metrics.update({
+            "bytes_up_per_round": (np.full(len(seeds), b["up"]), "B"),
+            "bytes_down_per_round": (np.full(len(seeds), b["down"]), "B"),
+            "ssl_loss_final": (np.asarray(st.ssl_loss)[:, -1].mean(-1), "loss"),
+            "align_loss_final": (np.asarray(st.align_loss)[:, -1].mean(-1), "loss"),
+            "feat_std_final": (np.asarray(st.feat_std)[:, -1].mean(-1), "std"),
+            "bad_steps": (hl.bad_steps.astype(float), "steps"),
+            "collapsed_clients": (hl.collapsed.astype(float), "clients"),
+            "train_seconds": (np.full(len(seeds), t_train / len(seeds)), "s"),
+        })
+        if pol.method == "fedu":
+            metrics["dapu_global_frac"] = (np.asarray(st.dapu_global)[:, 1:].mean(axis=(1, 2)), "fraction")
+        if pol.method == "fedema":
+            metrics["ema_mu_mean"] = (np.asarray(st.ema_mu)[:, 1:].mean(axis=(1, 2)), "mu")
+        if pol.calibrate:
+            metrics["step_scale_mean"] = (np.asarray(st.step_scale)[:, 1:].mean(axis=(1, 2)), "scale")
+        rows += metric_rows(name, metrics, seeds=seeds, **cond)
+        if p.round_curves:
+            for r in range(shape.rounds):
+                rows += metric_rows(name, {
+                    "ssl_loss": (np.asarray(st.ssl_loss)[:, r].mean(-1), "loss"),
+                    "align_loss": (np.asarray(st.align_loss)[:, r].mean(-1), "loss"),
+                }, seeds=seeds, round=r, **cond)
+        acc = ev["probe_acc"]
+        ctx.progress.update(note=f"{name}: probe {acc.mean():.2f}% (train {t_train:.0f}s)")
+    if p.random_init_reference:
+        rows += random_init_rows(shape, p, data, seeds, cond)
+        ctx.progress.update(note="random_init reference")
+    return rows
+
+
+def random_init_rows(shape: FedShape, p: FedSSLParams, data: SSLData, seeds: np.ndarray, cond: dict) -> list[dict]:
+    """Linear probe of untrained encoders (the same per-client initialisations the local policy starts from)."""
+    inits = []
+    for gi, ((_, n), net) in enumerate(zip(shape.groups, [make_net(s) for s, _ in shape.groups], strict=True)):
+        def one(seed, gi=gi, n=n, net=net):
+            kc = jax.random.split(jax.random.split(jax.random.key(seed))[0])[1]
+            return jax.vmap(net.init)(jax.random.split(jax.random.fold_in(kc, gi), n))
+
+        inits.append(jax.vmap(one)(jnp.asarray(seeds)))
+    ev = evaluate(shape, p, data, inits, None, seeds)
+    keep = {k: (v, "%") for k, v in ev.items() if k.startswith("probe_acc")}
+    return metric_rows("random_init", keep, seeds=seeds, **cond)
