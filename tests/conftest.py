@@ -8,6 +8,9 @@ import textwrap
 from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Persistent XLA compile cache shared by the xdist workers and the subprocesses tests start (same programs are
+# compiled by several tests); git-ignored.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
 
 import pytest  # noqa: E402
 
