@@ -70,7 +70,6 @@ class Static:
     end_ms: float = 86400.0 * 1024.0
     zero: float = 1e-3
     cct_from: str = "admission"  # or "arrival"
-    pipelined: bool = True
     dark_queues: int = 10
     dark_first_bytes: float = 10.0 * 1048576.0
     dark_mult: float = 10.0
@@ -100,12 +99,13 @@ class Params(NamedTuple):
     cpu_pred: Any  # [T, P] free CPU fraction predicted by the scheduler
     cpu_step_ms: Any  # sample length in simulated ms
     starvation_ms: Any  # fvdf aging: coflows older than this go first (inf = off)
+    pipelined: Any  # 1: compression overlaps sending; 0: compress, then send
 
 
 def params(port_bps: float, *, policy: str = "sebf", compress: str = "none", ratio: float = 1.0,
            speed_Bps: float = 0.0, cores: float = 0.0, cpu_free: np.ndarray | None = None,
            cpu_pred: np.ndarray | None = None, num_ports: int = 1, cpu_step_ms: float = 300.0 * 1024.0,
-           starvation_ms: float = math.inf) -> Params:
+           starvation_ms: float = math.inf, pipelined: bool = True) -> Params:
     """Build :class:`Params` (numpy float64); without CPU series the CPU is taken as fully free."""
     if port_bps <= 0:
         raise ValueError(f"port_bps must be positive, got {port_bps}")
@@ -128,7 +128,7 @@ def params(port_bps: float, *, policy: str = "sebf", compress: str = "none", rat
         raise ValueError("cpu_free must be in [0, 1] and cpu_pred finite")
     f = lambda x: np.asarray(x, np.float64)
     return Params(f(port_bps), f(POLICY_IDS[policy]), f(COMPRESS[compress]), f(ratio), f(speed_Bps), f(cores),
-                  cpu_free, np.clip(cpu_pred, 0.0, 1.0), f(cpu_step_ms), f(starvation_ms))
+                  cpu_free, np.clip(cpu_pred, 0.0, 1.0), f(cpu_step_ms), f(starvation_ms), f(float(pipelined)))
 
 
 def stack_params(ps: list[Params]) -> Params:
@@ -253,10 +253,9 @@ def _speedup(st: Static, p: Params, cpu_frac, load_Bps):
     s_eff = p.speed_Bps * p.cores * cpu_frac
     load = jnp.maximum(load_Bps, 1e-300)
     inv_r = 1.0 / p.ratio
-    if st.pipelined:
-        g_choice = 1.0 + (1.0 - p.ratio) * jnp.minimum(s_eff / load, inv_r)
-    else:
-        g_choice = jnp.maximum(1.0, 1.0 / (load / jnp.maximum(s_eff, 1e-300) + p.ratio))
+    g_pipe = 1.0 + (1.0 - p.ratio) * jnp.minimum(s_eff / load, inv_r)
+    g_seq = jnp.maximum(1.0, 1.0 / (load / jnp.maximum(s_eff, 1e-300) + p.ratio))
+    g_choice = jnp.where(p.pipelined > 0, g_pipe, g_seq)
     g_always = jnp.minimum(s_eff / load, inv_r)
     return jnp.where(p.compress == 2, g_choice, jnp.where(p.compress == 1, g_always, 1.0))
 
