@@ -19,7 +19,7 @@ from common.repro import RunContext, experiment, metric_rows
 from common.repro.plots import cdf, figure, lines_with_ci
 from common.traces import load_trace
 from papers.swallow import codecs, cpuload, jobs, sim
-from papers.swallow.predictor import GruConfig, evaluate, predict, train_predictor
+from papers.swallow.predictor import GruConfig, evaluate, predict, train_predictor, train_predictors
 from papers.swallow.schemas import (
     AblationParams,
     BandwidthParams,
@@ -320,9 +320,10 @@ def predictor_accuracy(ctx: RunContext):
     for src in p.sources:
         trace = cpuload.load_cpu_trace(str(ctx.data_dir), src)
         per_seed: dict[str, dict[str, list[float]]] = {}
-        for s in ctx.seeds():
-            cfg = GruConfig(window=p.window, hidden=p.hidden, steps=p.steps, seed=int(s))
-            ev = evaluate(train_predictor(str(ctx.data_dir), src, cfg), trace, stride=p.eval_stride)
+        cfg = GruConfig(window=p.window, hidden=p.hidden, steps=p.steps)
+        seeds = tuple(int(s) for s in ctx.seeds())
+        for model in train_predictors(str(ctx.data_dir), src, cfg, seeds):
+            ev = evaluate(model, trace, stride=p.eval_stride)
             for meth, d in ev.items():
                 for k, v in d.items():
                     per_seed.setdefault(meth, {}).setdefault(k, []).append(v)

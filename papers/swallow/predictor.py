@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -41,21 +42,20 @@ class GruPredictor(nnx.Module):
         self.head = nnx.Linear(hidden, 1, rngs=rngs)
 
     def __call__(self, x):  # x [B, W] in [0, 1]
-        h = jnp.zeros((x.shape[0], self.cell.hidden_features))
-        for t in range(x.shape[1]):
-            h, _ = self.cell(h, x[:, t:t + 1])
+        h0 = jnp.zeros((x.shape[0], self.cell.hidden_features), x.dtype)
+        h, _ = jax.lax.scan(lambda h, xt: self.cell(h, xt[:, None]), h0, x.T)
         return jnp.clip(x[:, -1] + jnp.tanh(self.head(h)[:, 0]), 0.0, 1.0)
 
 
 def make_train(cfg: GruConfig, series: np.ndarray):
-    """``series`` [T, N] percent (training split). Returns ``train(key) -> (graphdef, params, losses)``."""
+    """``series`` [T, N] percent (training split). Returns ``(graphdef, train)``; ``train(key) -> (params, losses)``
+    initialises and trains one model (jit/vmap it; vmapping over keys trains several seeds at once)."""
     data = jnp.asarray(series.T / 100.0, jnp.float32)  # [N, T]
     n, t = data.shape
     w = cfg.window
     if t <= w + 1:
         raise ValueError(f"training split too short ({t} samples) for window {w}")
-    model = GruPredictor(cfg.hidden, rngs=nnx.Rngs(cfg.seed))
-    graphdef, params0 = nnx.split(model, nnx.Param)
+    graphdef, _ = nnx.split(nnx.eval_shape(lambda: GruPredictor(cfg.hidden, rngs=nnx.Rngs(0))), nnx.Param)
     tx = optax.adam(cfg.lr)
 
     def loss_fn(params, xb, yb):
@@ -72,17 +72,13 @@ def make_train(cfg: GruConfig, series: np.ndarray):
         upd, opt = tx.update(g, opt, params)
         return (optax.apply_updates(params, upd), opt), loss
 
-    @jax.jit
     def train(key):
-        keys = jax.random.split(key, cfg.steps)
-        (params, _), losses = jax.lax.scan(step, (params0, tx.init(params0)), keys)
+        k_init, k_run = jax.random.split(key)
+        _, params0 = nnx.split(GruPredictor(cfg.hidden, rngs=nnx.Rngs(k_init)), nnx.Param)
+        (params, _), losses = jax.lax.scan(step, (params0, tx.init(params0)), jax.random.split(k_run, cfg.steps))
         return params, losses
 
-    def run(key):
-        params, losses = train(key)
-        return graphdef, params, losses
-
-    return run
+    return graphdef, train
 
 
 def windows(series: np.ndarray, w: int, stride: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -95,10 +91,19 @@ def windows(series: np.ndarray, w: int, stride: int = 1) -> tuple[np.ndarray, np
     return X, y
 
 
+@partial(jax.jit, static_argnums=0)
+def _apply(graphdef, params, x):
+    return nnx.merge(graphdef, params)(x)
+
+
 def gru_predict(graphdef, params, X: np.ndarray, batch: int = 16384) -> np.ndarray:
-    """Predictions in percent for windows ``X`` [M, w] (percent)."""
-    f = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))
-    out = [np.asarray(f(params, jnp.asarray(X[i:i + batch] / 100.0, jnp.float32))) for i in range(0, len(X), batch)]
+    """Predictions in percent for windows ``X`` [M, w] (percent); fixed-size batches share one program."""
+    out = []
+    for i in range(0, len(X), batch):
+        xb = np.zeros((batch, X.shape[1]), np.float32)
+        n = min(batch, len(X) - i)
+        xb[:n] = X[i:i + n] / 100.0
+        out.append(np.asarray(_apply(graphdef, params, jnp.asarray(xb)))[:n])
     return np.concatenate(out) * 100.0 if out else np.zeros(0)
 
 
@@ -120,14 +125,24 @@ class Trained:
 
 
 @functools.cache
-def train_predictor(data_dir: str, source: str, cfg: GruConfig = GruConfig()) -> Trained:
-    """Train the GRU on the train split and pick the EWMA smoothing on the validation split (cached per process)."""
+def train_predictors(data_dir: str, source: str, cfg: GruConfig = GruConfig(),
+                     seeds: tuple[int, ...] = (0,)) -> tuple[Trained, ...]:
+    """Train one GRU per seed (vmapped, one program) on the train split; EWMA smoothing picked on validation.
+
+    Cached per process, so every experiment of a run shares the trained predictors."""
     trace = load_cpu_trace(str(data_dir), source)
-    graphdef, params, losses = make_train(cfg, trace.split("train"))(jax.random.key(cfg.seed))
+    graphdef, train = make_train(cfg, trace.split("train"))
+    params, losses = jax.jit(jax.vmap(train))(jnp.stack([jax.random.key(s) for s in seeds]))
     Xv, yv = windows(trace.split("val"), cfg.window, stride=7)
     alphas = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
     best = min(alphas, key=lambda a: float(np.mean(np.abs(ewma_predict(Xv, a) - yv))))
-    return Trained(graphdef, params, best, cfg.window, np.asarray(losses))
+    return tuple(Trained(graphdef, jax.tree.map(lambda x, i=i: x[i], params), best, cfg.window,
+                         np.asarray(losses[i])) for i in range(len(seeds)))
+
+
+def train_predictor(data_dir: str, source: str, cfg: GruConfig = GruConfig()) -> Trained:
+    """The scheduler's predictor: the model of seed ``cfg.seed``."""
+    return train_predictors(str(data_dir), source, cfg, (cfg.seed,))[0]
 
 
 def predict(method: str, tr: Trained, hist: np.ndarray, window: np.ndarray) -> np.ndarray:

@@ -57,6 +57,7 @@ POLICY_IDS = {"fifo": 0, "scf": 1, "ncf": 2, "lcf": 3, "sebf": 4, "fvdf": 5}
 COMPRESS = {"none": 0, "always": 1, "swallow": 2}
 IBIG = np.iinfo(np.int64).max // 4
 K_MIN = 4096
+CPU_SAMPLES = 512  # default length of the CPU series (same shape as the experiments', so programs are shared)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def params(port_bps: float, *, policy: str = "sebf", compress: str = "none", rat
     if compress != "none" and (speed_Bps <= 0 or cores <= 0):
         raise ValueError("compression needs a positive speed per core and number of cores")
     if cpu_free is None:
-        cpu_free = np.ones((1, num_ports))
+        cpu_free = np.ones((CPU_SAMPLES, num_ports))
     if cpu_pred is None:
         cpu_pred = cpu_free
     cpu_free, cpu_pred = np.asarray(cpu_free, np.float64), np.asarray(cpu_pred, np.float64)
@@ -164,15 +165,32 @@ class Trace(NamedTuple):
     map_port: Any
 
 
+def _bucket(n: int, lo: int) -> int:
+    """Smallest power of two >= max(n, lo): traces of similar size share one compiled program."""
+    return 1 << max(int(math.ceil(math.log2(max(n, 1)))), int(math.log2(lo)))
+
+
 def device_trace(ft: FlowTable) -> Trace:
-    f, i = (lambda x: jnp.asarray(x, jnp.float64)), (lambda x: jnp.asarray(x, jnp.int32))
+    """Device arrays of ``ft`` padded to power-of-two sizes with coflows that never arrive."""
+    C, R, F, M = ft.num_coflows, ft.num_reducers, ft.num_flows, ft.map_cof.size
+    Cp, Rp, Fp, Mp = _bucket(C + 1, 16), _bucket(R + 1, 256), _bucket(F, 4096), _bucket(M + 1, 128)
+    ghost_c, ghost_r = Cp - 1, Rp - 1
+
+    def pad(x, n, fill, dtype):
+        out = np.full(n, fill, dtype)
+        out[: len(x)] = x
+        return jnp.asarray(out)
+
+    f = lambda x, n, fill=0.0: pad(x, n, fill, np.float64)
+    i = lambda x, n, fill=0: pad(x, n, fill, np.int32)
     ends = np.concatenate([[0], np.cumsum(ft.cof_num_flow)]).astype(np.int32)
     return Trace(
-        f(ft.cof_arrival_ms), i(ft.cof_first_red), i(ft.cof_num_red), i(ft.cof_first_flow), i(ends),
-        f(ft.cof_alpha), f(ft.cof_scf_key), f(ft.cof_ncf_key), f(ft.cof_orig_bytes), f(ft.cof_deadline_mult),
-        f(ft.cof_num_map), f(ft.cof_bytes), i(ft.red_cof), i(ft.red_port), f(ft.red_orig_bytes), f(ft.red_bytes),
-        i(ft.flow_cof), i(ft.flow_red), i(ft.flow_src), i(ft.flow_dst), f(ft.flow_bytes), i(ft.map_cof),
-        i(ft.map_port))
+        f(ft.cof_arrival_ms, Cp, np.inf), i(ft.cof_first_red, Cp), i(ft.cof_num_red, Cp), i(ft.cof_first_flow, Cp),
+        i(ends, Cp + 1, F), f(ft.cof_alpha, Cp, 1.0), f(ft.cof_scf_key, Cp), f(ft.cof_ncf_key, Cp),
+        f(ft.cof_orig_bytes, Cp), f(ft.cof_deadline_mult, Cp, 1.0), f(ft.cof_num_map, Cp, 1.0), f(ft.cof_bytes, Cp),
+        i(ft.red_cof, Rp, ghost_c), i(ft.red_port, Rp), f(ft.red_orig_bytes, Rp), f(ft.red_bytes, Rp),
+        i(ft.flow_cof, Fp, ghost_c), i(ft.flow_red, Fp, ghost_r), i(ft.flow_src, Fp), i(ft.flow_dst, Fp),
+        f(ft.flow_bytes, Fp), i(ft.map_cof, Mp, ghost_c), i(ft.map_port, Mp))
 
 
 class State(NamedTuple):
@@ -469,8 +487,11 @@ def _bssi_rank(tr: Trace, s: State, P: int):
     return rank
 
 
-def _recompute(st: Static, tr: Trace, p: Params, s: State, cur_time, P: int):
-    """New rates (and for DARK/Sincronia new priorities) at an admission or departure."""
+def _recompute(st: Static, tr: Trace, p: Params, s: State, cur_time, P: int, reorder=True):
+    """New rates (and for DARK/Sincronia new priorities) at an admission or departure.
+
+    Sincronia's greedy rates are also recomputed whenever a flow finishes (``reorder`` False: keep the order).
+    """
     cap = p.port_bps
     F = tr.flow_cof.shape[0]
     if st.kind == "fair":
@@ -478,7 +499,7 @@ def _recompute(st: Static, tr: Trace, p: Params, s: State, cur_time, P: int):
     if st.kind == "dark":
         return _dark(st, tr, s, cap, P)
     if st.kind == "sincronia":
-        s = s._replace(rank=_bssi_rank(tr, s, P))
+        s = s._replace(rank=lax.cond(reorder, lambda s: _bssi_rank(tr, s, P), lambda s: s.rank, s))
         key = _priority(s)[s.cof].astype(jnp.int64) * F + s.gid.astype(jnp.int64)
         rate, _, _ = _greedy_fill(st, s, jnp.zeros_like(s.rem), jnp.full(P, cap), jnp.full(P, cap), key, P)
         return s._replace(rate=rate)
@@ -535,7 +556,8 @@ def needed_slots(st: Static, tr: Trace, s: State):
 
 def _finished(tr: Trace, s: State, end_ms: float):
     C = tr.arrival.shape[0]
-    return (s.t >= end_ms) | ((s.nxt >= C) & ~jnp.any(s.admitted & ~s.done))
+    arriving = (s.nxt < C) & jnp.isfinite(tr.arrival[jnp.minimum(s.nxt, C - 1)])
+    return (s.t >= end_ms) | (~arriving & ~jnp.any(s.admitted & ~s.done))
 
 
 def _step(st: Static, tr: Trace, p: Params, s: State, P: int) -> State:
@@ -543,7 +565,7 @@ def _step(st: Static, tr: Trace, p: Params, s: State, P: int) -> State:
     q = st.quantum_ms
     kf = _quanta_to_finish(st, s)
     active = s.admitted & ~s.done
-    if st.kind == "fair":
+    if st.kind in ("fair", "sincronia"):
         k_dep = jnp.min(kf)  # any flow completion changes the shares
     else:
         kr = jax.ops.segment_max(jnp.where(s.alive, kf, -1.0), s.red, num_segments=R)
@@ -569,9 +591,10 @@ def _step(st: Static, tr: Trace, p: Params, s: State, P: int) -> State:
     admit = t_new == t_adm
     cur_time = jnp.where(admit, t_adm, t_new - q)
     s = lax.cond(admit, lambda s: _admit(st, tr, s, p, P)._replace(next_epoch=t_adm + st.epoch_ms), lambda s: s, s)
-    need = admit | jnp.any(cof_done)
+    reorder = admit | jnp.any(cof_done)
+    need = reorder | (jnp.any(fin) & (st.kind == "sincronia"))
     if st.kind != "fair":
-        s = lax.cond(need, lambda s: _recompute(st, tr, p, s, cur_time, P), lambda s: s, s)
+        s = lax.cond(need, lambda s: _recompute(st, tr, p, s, cur_time, P, reorder), lambda s: s, s)
     return _set_speeds(st, tr, p, s, P)
 
 
@@ -661,11 +684,31 @@ def run_batch(ft: FlowTable, st: Static, p: Params, log=None) -> tuple[State, di
         return jax.block_until_ready(s), stats
 
 
+def _chunks(n: int, big: bool, most: int = 16, small: int = 8) -> list[tuple[int, int]]:
+    """Split ``n`` configurations into vmapped batches, as (real, padded) sizes, so compiled programs are reused.
+
+    Large traces (simulation dominates) use exact powers of two up to ``most``; small ones (compilation
+    dominates) always run batches of ``small``, padding the last one.
+    """
+    out = []
+    while n > 0:
+        b = min(most, 1 << (n.bit_length() - 1)) if big else min(small, n)
+        out.append((b, b if big else small))
+        n -= b
+    return out
+
+
 def simulate_batch(ft: FlowTable, st: Static, p: Params, log=None) -> list[Result]:
-    """Results of a batch of configurations (see :func:`run_batch`)."""
-    s, _ = run_batch(ft, st, p, log)
-    n = int(np.asarray(s.t).shape[0])
-    return [_result(ft, st, jax.tree.map(lambda x, i=i: np.asarray(x[i]), s)) for i in range(n)]
+    """Results of a batch of configurations (leading axis of every ``Params`` leaf)."""
+    n = int(np.asarray(p.port_bps).shape[0])
+    out: list[Result] = []
+    lo = 0
+    for real, padded in _chunks(n, ft.num_flows > 100_000):
+        idx = np.minimum(np.arange(lo, lo + padded), lo + real - 1)
+        s, _ = run_batch(ft, st, Params(*(np.asarray(x)[idx] for x in p)), log)
+        out += [_result(ft, st, jax.tree.map(lambda x, i=i: np.asarray(x[i]), s)) for i in range(real)]
+        lo += real
+    return out
 
 
 def simulate(ft: FlowTable, st: Static, p: Params) -> Result:
@@ -674,7 +717,8 @@ def simulate(ft: FlowTable, st: Static, p: Params) -> Result:
 
 
 def _result(ft: FlowTable, st: Static, s) -> Result:
-    done = np.asarray(s.done)
+    C = ft.num_coflows
+    done = np.asarray(s.done)[:C]
     raw = np.where(done, ft.cof_bytes, np.nan)
-    return Result(np.asarray(s.start), np.where(done, np.asarray(s.finish), np.nan), ft.cof_arrival_ms.copy(),
-                  np.asarray(s.wire), raw, int(s.it), st.second_ms)
+    return Result(np.asarray(s.start)[:C], np.where(done, np.asarray(s.finish)[:C], np.nan),
+                  ft.cof_arrival_ms.copy(), np.asarray(s.wire)[:C], raw, int(s.it), st.second_ms)
