@@ -222,6 +222,7 @@ class State(NamedTuple):
     key: Any  # fvdf key fixed at admission
     queue: Any  # DARK queue
     qcount: Any  # DARK currentJobQueue
+    peak_load: Any  # largest wire load of any port, as a fraction of its capacity, over the run (a check)
 
 
 @dataclass(frozen=True)
@@ -233,8 +234,10 @@ class Result:
     arrival_ms: np.ndarray
     wire_bytes: np.ndarray
     raw_bytes: np.ndarray
+    sent_bytes: np.ndarray  # raw bytes delivered per coflow
     events: int
     second_ms: float
+    peak_port_load: float  # max over time and ports of wire rate / capacity (<= 1 when the fabric is respected)
 
     @property
     def cct_ms(self) -> np.ndarray:
@@ -516,6 +519,14 @@ def _recompute(st: Static, tr: Trace, p: Params, s: State, cur_time, P: int, reo
 
 def _set_speeds(st: Static, tr: Trace, p: Params, s: State, P: int):
     """Per-slot raw bytes per quantum and wire bytes per raw byte, from rates and the CPU available now."""
+    s = _speeds(st, tr, p, s, P)
+    wire_q = s.step * s.wpr
+    cap_q = p.port_bps / 8.0 * st.quantum_ms / st.second_ms
+    load = jnp.maximum(jnp.max(_segsum(wire_q, s.src, P)), jnp.max(_segsum(wire_q, s.dst, P))) / cap_q
+    return s._replace(peak_load=jnp.maximum(s.peak_load, load))
+
+
+def _speeds(st: Static, tr: Trace, p: Params, s: State, P: int):
     q = st.quantum_ms / st.second_ms
     if st.kind == "fair":
         a = s.alive.astype(jnp.float64)
@@ -606,7 +617,7 @@ def init_state(tr: Trace, K: int) -> State:
         gid=jnp.full(K, -1, jnp.int32), src=zi(K), dst=zi(K), red=zi(K), cof=zi(K), rem=zf(K), rate=zf(K),
         step=zf(K), wpr=jnp.ones(K), alive=zb(K), red_done=zb(R), sbpr=tr.red_orig, sent=zf(C), wire=zf(C),
         admitted=zb(C), done=zb(C), start=jnp.full(C, jnp.nan), finish=jnp.full(C, jnp.nan),
-        rank=jnp.full(C, jnp.inf), key=zf(C), queue=zi(C), qcount=zi(C))
+        rank=jnp.full(C, jnp.inf), key=zf(C), queue=zi(C), qcount=zi(C), peak_load=jnp.array(0.0))
 
 
 def run_segment(st: Static, tr: Trace, p: Params, s: State, stop_it, P: int) -> State:
@@ -721,4 +732,5 @@ def _result(ft: FlowTable, st: Static, s) -> Result:
     done = np.asarray(s.done)[:C]
     raw = np.where(done, ft.cof_bytes, np.nan)
     return Result(np.asarray(s.start)[:C], np.where(done, np.asarray(s.finish)[:C], np.nan),
-                  ft.cof_arrival_ms.copy(), np.asarray(s.wire)[:C], raw, int(s.it), st.second_ms)
+                  ft.cof_arrival_ms.copy(), np.asarray(s.wire)[:C], raw, np.asarray(s.sent)[:C], int(s.it),
+                  st.second_ms, float(s.peak_load))
