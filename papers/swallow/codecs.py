@@ -11,7 +11,8 @@ payloads made from the repository's own data:
 * ``cifar_jpeg``: CIFAR-10 JPEG scans (already compressed; the codecs' worst case);
 
 plus ``mix``, an equal-bytes blend of the five. Each block's time is its fastest of ``repeats`` tries (a block
-pre-empted by another process on a shared machine is retried rather than averaged in). The experiments read the committed table (so results do not depend on the load
+pre-empted by another process on a shared machine is retried rather than averaged in). The experiments read the
+committed table (so results do not depend on the load
 of the machine that regenerates them); :func:`load_codec` returns ``(ratio, compress_Bps, decompress_Bps)``.
 """
 
@@ -129,7 +130,8 @@ def load_table(data_dir: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def load_codec(data_dir: Path, codec: str, source: str = "measured", payload: str = "mix") -> tuple[float, float, float]:
+def load_codec(data_dir: Path, codec: str, source: str = "measured",
+               payload: str = "mix") -> tuple[float, float, float]:
     """``(ratio compressed/original, compress bytes/s per core, decompress bytes/s per core)``.
 
     ``source="measured"`` reads our table; ``source="lz4_readme"`` the LZ4 README table the authors used

@@ -261,7 +261,7 @@ def cpu_sweep(ctx: RunContext):
     bw = ctx.params.port_gbps
     settings, key = [Setting("sebf", seeds[0], bw, 1.0, hw.codec)], {}
     for cores in ctx.params.cores_per_port:
-        for name, pol in ctx.policies.items():
+        for name in ctx.policies:
             if name == "sebf":
                 continue
             for s in seeds:

@@ -611,7 +611,8 @@ def _step(st: Static, tr: Trace, p: Params, s: State, P: int) -> State:
 
 def init_state(tr: Trace, K: int) -> State:
     C, R = tr.arrival.shape[0], tr.red_cof.shape[0]
-    zf, zi, zb = (lambda n: jnp.zeros(n, jnp.float64)), (lambda n: jnp.zeros(n, jnp.int32)), (lambda n: jnp.zeros(n, bool))
+    zf, zi = (lambda n: jnp.zeros(n, jnp.float64)), (lambda n: jnp.zeros(n, jnp.int32))
+    zb = lambda n: jnp.zeros(n, bool)
     return State(
         t=jnp.array(0.0), next_epoch=jnp.array(0.0), nxt=jnp.array(0, jnp.int32), it=jnp.array(0, jnp.int32),
         gid=jnp.full(K, -1, jnp.int32), src=zi(K), dst=zi(K), red=zi(K), cof=zi(K), rem=zf(K), rate=zf(K),
@@ -633,7 +634,8 @@ def run_segment(st: Static, tr: Trace, p: Params, s: State, stop_it, P: int) -> 
 @partial(jax.jit, static_argnames=("st", "P"))
 def _segment_batch(st: Static, tr: Trace, p: Params, s: State, stop_it, P: int):
     seg = jax.vmap(lambda pp, ss: run_segment(st, tr, pp, ss, stop_it, P))(p, s)
-    return seg, jax.vmap(lambda ss: needed_slots(st, tr, ss))(seg), jax.vmap(lambda ss: _finished(tr, ss, st.end_ms))(seg)
+    need = jax.vmap(lambda ss: needed_slots(st, tr, ss))(seg)
+    return seg, need, jax.vmap(lambda ss: _finished(tr, ss, st.end_ms))(seg)
 
 
 def _size_class(n: int, F: int) -> int:

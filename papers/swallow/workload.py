@@ -104,7 +104,8 @@ def varys_bin(mappers: int, reducer_mb: np.ndarray) -> int:
     return int(long_) + 2 * int(wide)
 
 
-def build_flow_table(trace: CoflowTrace, conv: Conventions = Conventions(), max_coflows: int | None = None) -> FlowTable:
+def build_flow_table(trace: CoflowTrace, conv: Conventions = Conventions(),
+                     max_coflows: int | None = None) -> FlowTable:
     """Flows of ``trace`` (optionally only its first ``max_coflows`` coflows by arrival) under ``conv``."""
     order = sorted(range(len(trace.coflows)), key=lambda i: trace.coflows[i].arrival_ms)  # stable, like Java
     if max_coflows is not None:
