@@ -701,12 +701,13 @@ def _chunks(n: int, big: bool, most: int = 16, small: int = 8) -> list[tuple[int
     """Split ``n`` configurations into vmapped batches, as (real, padded) sizes, so compiled programs are reused.
 
     Large traces (simulation dominates) use exact powers of two up to ``most``; small ones (compilation
-    dominates) always run batches of ``small``, padding the last one.
+    dominates) run batches of ``small``, padding the last one, except that a single configuration runs alone
+    (the deterministic baselines: one program of batch 1 per kind, and no 8x padded work).
     """
     out = []
     while n > 0:
         b = min(most, 1 << (n.bit_length() - 1)) if big else min(small, n)
-        out.append((b, b if big else small))
+        out.append((b, b if big or n == 1 else small))
         n -= b
     return out
 
