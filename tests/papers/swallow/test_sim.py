@@ -142,7 +142,7 @@ def test_compression_physics_single_flow():
     # no free CPU, always-on compression: it time-shares ALWAYS_CPU_FLOOR of the cores and still finishes
     slow = dict(ratio=0.5, speed_Bps=CAP / 8, cores=1.0, cpu_free=np.zeros((sim.CPU_SAMPLES, P)))
     stalled = run(ft, "madd", ["sebf"], compress="always", **slow)[0]
-    assert stalled.cct_ms[0] == np.ceil(100 / sim.ALWAYS_CPU_FLOOR) * 8  # disposes 5 % of a port's rate
+    assert sim.ALWAYS_CPU_FLOOR == 0.05 and stalled.cct_ms[0] == 2000 * 8  # 5 % of 1 MiB per quantum
 
 
 def test_greedy_fill_equals_the_sequential_pass():
