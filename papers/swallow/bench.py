@@ -1,0 +1,75 @@
+"""Benchmark of the jit-compiled coflow simulator on the full FB2010 trace (prints figures; no assertions).
+
+Figures: compile + first run of one SEBF configuration, one full-trace SEBF simulation after compilation, a
+vmapped sweep of ``--configs`` configurations (bandwidth x seed-like CPU series, all SEBF+FVDF programs of the
+``madd`` kind), and events per second. Goals from the issue: sweep of 64 configurations <= 10x one configuration,
+one configuration < 2 s after compilation.
+
+Run: ``PYTHONPATH=$PWD python -m papers.swallow.bench [--configs 64] [--max-coflows N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from common.traces import load_coflow_trace
+from papers.swallow import sim
+from papers.swallow.workload import Conventions, build_flow_table
+
+GBIT = 2.0**30
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", type=int, default=64)
+    ap.add_argument("--max-coflows", type=int, default=None)
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "data"))
+    a = ap.parse_args(argv)
+    ft = build_flow_table(load_coflow_trace(Path(a.data) / "coflow/FB2010-1Hr-150-0.txt.gz"), Conventions(),
+                          a.max_coflows)
+    P = ft.num_ports
+    print(f"trace: {ft.num_coflows} coflows, {ft.num_flows} flows, {P} ports; cpus={os.cpu_count()}, "
+          f"loadavg={os.getloadavg()[0]:.1f}")
+    st = sim.Static(kind="madd")
+    one = sim.stack_params([sim.params(GBIT, policy="sebf", num_ports=P)])
+
+    def run(p):
+        return sim.run_batch(ft, st, p)
+
+    (s, _), t_first = _timed(lambda: run(one))
+    (s, stats), t_one = _timed(lambda: run(one))
+    events = int(np.asarray(s.it)[0])
+    print(f"compile + first SEBF run: {t_first:.2f} s")
+    print(f"one full-trace SEBF run (compiled): {t_one:.2f} s, {events} events, {events / t_one:,.0f} events/s, "
+          f"{stats['segments']} segments, buffer sizes {stats['sizes']}")
+
+    rng = np.random.default_rng(0)
+    bws = np.geomspace(0.1, 10.0, 8)
+    ps = []
+    for i in range(a.configs):
+        free = rng.uniform(0.2, 1.0, (sim.CPU_SAMPLES, P))
+        pol = "sebf" if i % 2 == 0 else "fvdf"
+        kw = dict(compress="swallow", ratio=0.48, speed_Bps=400e6, cores=1.0) if pol == "fvdf" else {}
+        ps.append(sim.params(bws[i % len(bws)] * GBIT, policy=pol, num_ports=P, cpu_free=free, **kw))
+    batch = sim.stack_params(ps)
+    (s, stats), t_first_b = _timed(lambda: run(batch))
+    (s, stats), t_b = _timed(lambda: run(batch))
+    ev = int(np.asarray(s.it).sum())
+    print(f"compile + first {a.configs}-config vmapped sweep: {t_first_b:.2f} s")
+    print(f"{a.configs}-config vmapped sweep (compiled): {t_b:.2f} s = {t_b / t_one:.1f}x one config "
+          f"(goal <= 10x), {ev} events, {ev / t_b:,.0f} events/s")
+
+
+if __name__ == "__main__":
+    main()

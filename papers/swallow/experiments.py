@@ -1,0 +1,348 @@
+"""Swallow experiments: coflowsim parity, the headline comparison, bandwidth and CPU sweeps, ablations, predictor.
+
+Times are in the simulator's clock: a simulated second is ``hardware.clock.second_ms`` ms (1024 ms under the
+coflowsim conventions); ``*_s`` metrics are simulated seconds. Every experiment builds its configurations, groups
+them by compiled program, and runs each group as one vmapped batch (:mod:`papers.swallow.sim`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from common.repro import RunContext, experiment, metric_rows
+from common.repro.plots import cdf, figure, lines_with_ci
+from common.traces import load_trace
+from papers.swallow import codecs, cpuload, jobs, sim
+from papers.swallow.predictor import GruConfig, evaluate, predict, train_predictor, train_predictors
+from papers.swallow.schemas import (
+    AblationParams,
+    BandwidthParams,
+    CoflowFabric,
+    CpuParams,
+    HeadlineParams,
+    ParityParams,
+    PredictorParams,
+    SwallowPolicy,
+)
+from papers.swallow.workload import BIN_NAMES, Conventions, FlowTable, build_flow_table
+
+# ----------------------------------------------------------------------------------------------- setup
+
+
+@functools.cache
+def _flow_table(data_dir: str, trace_file: str, mb_bytes: float, mb_round: str, max_coflows: int | None) -> FlowTable:
+    from common.traces import load_coflow_trace
+
+    return build_flow_table(load_coflow_trace(Path(data_dir) / trace_file),
+                            Conventions(mb_bytes=mb_bytes, mb_round=mb_round), max_coflows)
+
+
+def flow_table(ctx: RunContext, max_coflows: int | None) -> FlowTable:
+    hw: CoflowFabric = ctx.hardware
+    if ctx.trace.loader != "coflow_benchmark":
+        load_trace(ctx.trace, ctx.data_dir)  # fails with the loader's message
+        raise ValueError(f"swallow needs a coflow_benchmark trace, got loader {ctx.trace.loader!r}")
+    return _flow_table(str(ctx.data_dir), ctx.trace.files["trace"], hw.clock.mb_bytes, hw.clock.mb_round,
+                       max_coflows)
+
+
+def static_for(hw: CoflowFabric, pol: SwallowPolicy) -> sim.Static:
+    c = hw.clock
+    return sim.Static(kind=pol.kind, second_ms=c.second_ms, quantum_ms=c.quantum_ms, epoch_ms=c.epoch_ms,
+                      cct_from=c.cct_from, zero=c.zero_bytes)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One simulated configuration: policy, seed and the hardware knobs a sweep changes."""
+
+    policy: str
+    seed: int
+    port_gbps: float
+    cores: float
+    codec: str  # lz4 | snappy | zstd | lz4_readme
+
+
+@functools.cache
+def _cpu_window(data_dir: str, source: str, num_ports: int, length: int, history: int, seed: int):
+    return cpuload.port_window(cpuload.load_cpu_trace(data_dir, source), num_ports, length, history, seed)
+
+
+@functools.cache
+def _predicted(data_dir: str, source: str, num_ports: int, length: int, seed: int, method: str,
+               cfg: GruConfig) -> np.ndarray:
+    hist, win = _cpu_window(data_dir, source, num_ports, length, cfg.window, seed)
+    if method == "none":
+        return np.zeros_like(win)
+    tr = train_predictor(data_dir, source, cfg)
+    return predict(method, tr, hist, win)
+
+
+def codec_numbers(data_dir: Path, hw: CoflowFabric, codec: str) -> tuple[float, float]:
+    """(ratio, compression bytes/s per core)."""
+    if codec == "lz4_readme":
+        r, s, _ = codecs.load_codec(data_dir, "lz4", "lz4_readme")
+        return 0.48, s  # the constant in the authors' simulator
+    r, s, _ = codecs.load_codec(data_dir, codec, hw.codec_source, hw.codec_payload)
+    return r, s
+
+
+def params_for(ctx: RunContext, ft: FlowTable, pol: SwallowPolicy, x: Setting) -> sim.Params:
+    hw: CoflowFabric = ctx.hardware
+    gru = GruConfig(steps=getattr(ctx.params, "gru_steps", GruConfig.steps))
+    P = ft.num_ports
+    hist, win = _cpu_window(str(ctx.data_dir), hw.cpu_trace, P, hw.cpu_window, gru.window, x.seed)
+    free = 1.0 - win / 100.0
+    kw = {}
+    if pol.compress != "none":
+        ratio, speed = codec_numbers(ctx.data_dir, hw, x.codec)
+        pred = _predicted(str(ctx.data_dir), hw.cpu_trace, P, hw.cpu_window, x.seed, pol.predictor, gru)
+        kw = dict(compress=pol.compress, ratio=ratio, speed_Bps=speed, cores=x.cores,
+                  cpu_pred=1.0 - pred / 100.0, pipelined=pol.pipelined)
+    starve = math.inf if pol.starvation_s is None else pol.starvation_s * hw.clock.second_ms
+    return sim.params(x.port_gbps * hw.clock.gbit, policy=pol.order, cpu_free=free, num_ports=P,
+                      cpu_step_ms=hw.cpu_sample_s * hw.clock.second_ms, starvation_ms=starve, **kw)
+
+
+def run_settings(ctx: RunContext, ft: FlowTable, settings: Sequence[Setting],
+                 policies: dict[str, SwallowPolicy] | None = None) -> list[sim.Result]:
+    """Simulate every setting; settings sharing a compiled program run as one vmapped batch."""
+    policies = policies or ctx.policies
+    groups: dict[sim.Static, list[int]] = {}
+    for i, x in enumerate(settings):
+        groups.setdefault(static_for(ctx.hardware, policies[x.policy]), []).append(i)
+    out: list[sim.Result | None] = [None] * len(settings)
+    ctx.progress.start(len(groups), "simulation batches")
+    for st, idx in groups.items():
+        ps = sim.stack_params([params_for(ctx, ft, policies[settings[i].policy], settings[i]) for i in idx])
+        res = sim.simulate_batch(ft, st, ps, log=ctx.progress.log)
+        for i, r in zip(idx, res, strict=True):
+            out[i] = r
+        ctx.progress.update(1, f"{st.kind} x{len(idx)}")
+    return out  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------------------------- metrics
+
+
+def cct_metrics(ft: FlowTable, r: sim.Result) -> dict[str, tuple[float, str]]:
+    cct = r.cct_s
+    done = np.isfinite(cct)
+    if not done.all():
+        raise RuntimeError(f"{int((~done).sum())} coflows did not finish (simulation end reached)")
+    m = {"avg_cct_s": (float(cct.mean()), "s"), "p95_cct_s": (float(np.percentile(cct, 95)), "s"),
+         "p99_cct_s": (float(np.percentile(cct, 99)), "s"), "num_coflows": (float(done.sum()), "coflows"),
+         "makespan_s": (float(np.nanmax(r.finish_ms)) / r.second_ms, "s")}
+    for b, name in enumerate(BIN_NAMES):
+        sel = ft.cof_bin == b
+        if sel.any():
+            m[f"avg_cct_s_{name}"] = (float(cct[sel].mean()), "s")
+    return m
+
+
+def traffic_metrics(r: sim.Result) -> dict[str, tuple[float, str]]:
+    wire, raw = float(np.nansum(r.wire_bytes)), float(np.nansum(r.raw_bytes))
+    return {"wire_TB": (wire / 1e12, "TB"), "raw_TB": (raw / 1e12, "TB"),
+            "traffic_reduction_pct": (100.0 * (1.0 - wire / raw), "%")}
+
+
+def speedup_metrics(ours: sim.Result, base: sim.Result, prefix: str = "cct") -> dict[str, tuple[float, str]]:
+    """Ratio of averages and average of per-coflow ratios of the baseline's CCT over ours."""
+    a, b = ours.cct_s, base.cct_s
+    return {f"{prefix}_speedup_ratio_of_avgs": (float(b.mean() / a.mean()), "x"),
+            f"{prefix}_speedup_avg_of_ratios": (float(np.mean(b / a)), "x")}
+
+
+def jct_metrics(ft: FlowTable, ours: sim.Result, base: sim.Result | None, seed: int, kappa: float,
+                sigma: float) -> dict[str, tuple[float, str]]:
+    mp, rd = jobs.compute_stages_s(ft, seed, kappa, sigma)
+    j = jobs.jct_s(ours.cct_s, mp, rd)
+    m = {"avg_jct_s": (float(j.mean()), "s")}
+    if base is not None:
+        jb = jobs.jct_s(base.cct_s, mp, rd)
+        m["jct_speedup_ratio_of_avgs"] = (float(jb.mean() / j.mean()), "x")
+        m["jct_speedup_avg_of_ratios"] = (float(np.mean(jb / j)), "x")
+    return m
+
+
+def _deterministic(pol: SwallowPolicy) -> bool:
+    """Policies whose schedule does not depend on the seed (no CPU load enters)."""
+    return pol.compress == "none"
+
+
+# ----------------------------------------------------------------------------------------------- experiments
+
+
+@experiment("swallow", "coflowsim_parity", params=ParityParams)
+def coflowsim_parity(ctx: RunContext):
+    """coflowsim's seven schedulers on the FB trace under its exact conventions (one deterministic run each)."""
+    ft = flow_table(ctx, ctx.params.max_coflows)
+    hw = ctx.hardware
+    settings = [Setting(p, 0, hw.port_gbps, hw.cores_per_port, hw.codec) for p in ctx.policies]
+    res = run_settings(ctx, ft, settings)
+    rows = []
+    for x, r in zip(settings, res, strict=True):
+        m = cct_metrics(ft, r)
+        m["avg_cct_ms"] = (float(np.mean(r.cct_ms)), "ms")
+        rows += metric_rows(x.policy, m, seeds=[0])
+    fig, ax = figure()
+    cdf(ax[0, 0], {x.policy: r.cct_s for x, r in zip(settings, res, strict=True)}, "CCT (simulated s, 1024 ms)")
+    ctx.save_figure(fig, "cct_cdf")
+    return rows
+
+
+@experiment("swallow", "headline", params=HeadlineParams)
+def headline(ctx: RunContext):
+    """FVDF vs SEBF (and always-on compression, Aalo, Sincronia) at 1 Gbps: CCT, JCT, traffic."""
+    ft = flow_table(ctx, ctx.params.max_coflows)
+    hw = ctx.hardware
+    seeds = [int(s) for s in ctx.seeds()]
+    settings, key = [], {}
+    for name, pol in ctx.policies.items():
+        for s in ([seeds[0]] if _deterministic(pol) else seeds):
+            key[(name, s)] = len(settings)
+            settings.append(Setting(name, s, hw.port_gbps, hw.cores_per_port, hw.codec))
+    res = run_settings(ctx, ft, settings)
+    get = lambda name, s: res[key.get((name, s), key.get((name, seeds[0])))]
+    rows = []
+    for name in ctx.policies:
+        for s in seeds:
+            r = get(name, s)
+            base = get("sebf", s) if "sebf" in ctx.policies else None
+            m = {**cct_metrics(ft, r), **traffic_metrics(r)}
+            if base is not None:
+                m.update(speedup_metrics(r, base))
+            m.update(jct_metrics(ft, r, base, s, ctx.params.jct_median_kappa, ctx.params.jct_sigma))
+            rows += metric_rows(name, m, seeds=[s])
+    fig, ax = figure()
+    cdf(ax[0, 0], {n: get(n, seeds[0]).cct_s for n in ctx.policies}, "CCT (simulated s)")
+    ctx.save_figure(fig, "cct_cdf")
+    return rows
+
+
+@experiment("swallow", "bandwidth_sweep", params=BandwidthParams)
+def bandwidth_sweep(ctx: RunContext):
+    """CCT/JCT speed-up over SEBF and traffic cut as the port bandwidth goes from 100 Mbps to 10 Gbps."""
+    ft = flow_table(ctx, ctx.params.max_coflows)
+    hw = ctx.hardware
+    seeds = [int(s) for s in ctx.seeds()]
+    settings, key = [], {}
+    for bw in ctx.params.bandwidth_gbps:
+        for name, pol in ctx.policies.items():
+            for s in ([seeds[0]] if _deterministic(pol) else seeds):
+                key[(bw, name, s)] = len(settings)
+                settings.append(Setting(name, s, bw, hw.cores_per_port, hw.codec))
+    res = run_settings(ctx, ft, settings)
+    get = lambda bw, name, s: res[key.get((bw, name, s), key.get((bw, name, seeds[0])))]
+    rows = []
+    for bw in ctx.params.bandwidth_gbps:
+        for name in ctx.policies:
+            for s in seeds:
+                r, base = get(bw, name, s), get(bw, "sebf", s)
+                m = {**cct_metrics(ft, r), **traffic_metrics(r), **speedup_metrics(r, base),
+                     **jct_metrics(ft, r, base, s, ctx.params.jct_median_kappa, ctx.params.jct_sigma)}
+                rows += metric_rows(name, m, seeds=[s], bandwidth_gbps=bw)
+    _sweep_figure(ctx, rows, "bandwidth_gbps", "port bandwidth (Gbps)", "speedup_vs_bandwidth")
+    return rows
+
+
+@experiment("swallow", "cpu_sweep", params=CpuParams)
+def cpu_sweep(ctx: RunContext):
+    """Speed-up over SEBF and traffic cut as the cores a host gives the compressor shrink (10 Gbps ports)."""
+    ft = flow_table(ctx, ctx.params.max_coflows)
+    hw = ctx.hardware
+    seeds = [int(s) for s in ctx.seeds()]
+    bw = ctx.params.port_gbps
+    settings, key = [Setting("sebf", seeds[0], bw, 1.0, hw.codec)], {}
+    for cores in ctx.params.cores_per_port:
+        for name in ctx.policies:
+            if name == "sebf":
+                continue
+            for s in seeds:
+                key[(cores, name, s)] = len(settings)
+                settings.append(Setting(name, s, bw, cores, hw.codec))
+    res = run_settings(ctx, ft, settings)
+    base = res[0]
+    rows = []
+    for cores in ctx.params.cores_per_port:
+        for name in ctx.policies:
+            for s in seeds:
+                r = base if name == "sebf" else res[key[(cores, name, s)]]
+                m = {**cct_metrics(ft, r), **traffic_metrics(r), **speedup_metrics(r, base)}
+                rows += metric_rows(name, m, seeds=[s], cores_per_port=cores, bandwidth_gbps=bw)
+    _sweep_figure(ctx, rows, "cores_per_port", "compression cores per host", "speedup_vs_cores")
+    return rows
+
+
+@experiment("swallow", "ablation", params=AblationParams)
+def ablation(ctx: RunContext):
+    """FVDF without pipelining, with other speed predictors, and with other codecs, where CPU is scarce."""
+    ft = flow_table(ctx, ctx.params.max_coflows)
+    p = ctx.params
+    seeds = [int(s) for s in ctx.seeds()]
+    settings = [Setting("sebf", seeds[0], p.port_gbps, p.cores_per_port, "lz4")]
+    key = {}
+    for name in ctx.policies:
+        if name == "sebf":
+            continue
+        for s in seeds:
+            key[(name, "lz4", s)] = len(settings)
+            settings.append(Setting(name, s, p.port_gbps, p.cores_per_port, ctx.hardware.codec))
+    for codec in p.codecs:
+        if codec == ctx.hardware.codec:
+            continue
+        for s in seeds:
+            key[("fvdf", codec, s)] = len(settings)
+            settings.append(Setting("fvdf", s, p.port_gbps, p.cores_per_port, codec))
+    res = run_settings(ctx, ft, settings)
+    base = res[0]
+    rows = []
+    for s in seeds:
+        rows += metric_rows("sebf", {**cct_metrics(ft, base), **traffic_metrics(base)}, seeds=[s], codec="none")
+    for (name, codec, s), i in key.items():
+        r = res[i]
+        m = {**cct_metrics(ft, r), **traffic_metrics(r), **speedup_metrics(r, base)}
+        rows += metric_rows(name, m, seeds=[s], codec=codec)
+    return rows
+
+
+@experiment("swallow", "predictor", params=PredictorParams)
+def predictor_accuracy(ctx: RunContext):
+    """Next-sample CPU-load forecast error (test split) of the GRU, EWMA, last value and the oracle."""
+    p = ctx.params
+    rows = []
+    for src in p.sources:
+        trace = cpuload.load_cpu_trace(str(ctx.data_dir), src)
+        per_seed: dict[str, dict[str, list[float]]] = {}
+        cfg = GruConfig(window=p.window, hidden=p.hidden, steps=p.steps)
+        seeds = tuple(int(s) for s in ctx.seeds())
+        for model in train_predictors(str(ctx.data_dir), src, cfg, seeds):
+            ev = evaluate(model, trace, stride=p.eval_stride)
+            for meth, d in ev.items():
+                for k, v in d.items():
+                    per_seed.setdefault(meth, {}).setdefault(k, []).append(v)
+        for meth, d in per_seed.items():
+            rows += metric_rows(meth, {f"{k}_pct": (v, "pct-points") for k, v in d.items()},
+                                seeds=[int(s) for s in ctx.seeds()], cpu_trace=src)
+    return rows
+
+
+def _sweep_figure(ctx: RunContext, rows: list[dict], x: str, xlabel: str, name: str) -> None:
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    df = df[df["policy"] != "sebf"]
+    fig, ax = figure(ncols=2)
+    lines_with_ci(ax[0, 0], df, "cct_speedup_ratio_of_avgs", x, xlabel=xlabel, ylabel="avg CCT speed-up vs SEBF",
+                  logx=True)
+    lines_with_ci(ax[0, 1], df, "traffic_reduction_pct", x, xlabel=xlabel, ylabel="traffic cut (%)", logx=True)
+    ctx.save_figure(fig, name)
+
+
+__all__ = ["Setting", "flow_table", "params_for", "run_settings"]

@@ -1,0 +1,101 @@
+"""Codec table, CPU-load series, speed predictors and the JCT model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from common.traces import parse_coflow_text
+from papers.swallow import codecs, cpuload, jobs
+from papers.swallow.predictor import ewma_predict, windows
+from papers.swallow.workload import build_flow_table
+from tests.conftest import DATA
+
+
+@pytest.fixture
+def data_dir():
+    return DATA
+
+
+def test_measured_codec_table_is_consistent(data_dir):
+    rows = codecs.load_table(data_dir)
+    assert {r["codec"] for r in rows} == {"lz4", "snappy", "zstd"}
+    for r in rows:
+        assert float(r["ratio"]) == pytest.approx(int(r["compressed_bytes"]) / int(r["original_bytes"]), abs=1e-4)
+        assert float(r["compress_MBps"]) > 0 and float(r["decompress_MBps"]) > 0
+    ratio, s, d = codecs.load_codec(data_dir, "lz4")
+    assert 0 < ratio < 1 and s > 0 and d > s  # LZ4 decompresses faster than it compresses
+    # the authors' constants: LZ4 1.7.3, 2.101 original/compressed (r = 0.48), 625 MB/s
+    r, s, d = codecs.load_codec(data_dir, "lz4", "lz4_readme")
+    assert r == pytest.approx(1 / 2.101) and s == 625e6 and d == 3220e6
+    # zstd compresses tighter than LZ4 on the mixed payload
+    assert codecs.load_codec(data_dir, "zstd")[0] < codecs.load_codec(data_dir, "lz4")[0]
+
+
+def test_codec_lookup_errors(data_dir):
+    with pytest.raises(KeyError):
+        codecs.load_codec(data_dir, "brotli")
+    with pytest.raises(KeyError):
+        codecs.load_codec(data_dir, "lz4", payload="nope")
+    with pytest.raises(ValueError):
+        codecs.load_codec(data_dir, "lz4", source="web")
+
+
+def test_codecs_round_trip():
+    payload = (b"mapper 17 reducer 3 " * 2000) + bytes(range(256)) * 10
+    for cd in codecs.codecs():
+        assert cd.decompress(cd.compress(payload)) == payload, cd.name
+
+
+def test_fill_gaps_forward_fills_and_clips():
+    x = np.array([[np.nan, 5.0], [10.0, np.nan], [np.nan, 120.0], [3.0, np.nan]])
+    got = cpuload.fill_gaps(x)
+    np.testing.assert_array_equal(got, [[0, 5], [10, 5], [10, 100], [3, 100]])
+
+
+def test_port_window_is_seeded_and_in_the_test_split(data_dir):
+    tr = cpuload.load_cpu_trace(str(data_dir), "azure")
+    h1, w1 = cpuload.port_window(tr, 150, 64, 12, seed=3)
+    h2, w2 = cpuload.port_window(tr, 150, 64, 12, seed=3)
+    assert h1.shape == (12, 150) and w1.shape == (64, 150)
+    np.testing.assert_array_equal(w1, w2)
+    np.testing.assert_array_equal(h1, h2)
+    assert np.all((w1 >= 0) & (w1 <= 100))
+    test = tr.split("test")
+    assert set(np.unique(w1)) <= set(np.unique(test))
+    with pytest.raises(ValueError):
+        cpuload.load_cpu_trace(str(data_dir), "google")
+
+
+def test_windows_and_ewma_known_answers():
+    series = np.arange(10, dtype=float).reshape(5, 2)  # T=5, N=2
+    X, y = windows(series, 2)
+    # t0 = 0, 1, 2; per t0 the two columns
+    np.testing.assert_array_equal(X, [[0, 2], [1, 3], [2, 4], [3, 5], [4, 6], [5, 7]])
+    np.testing.assert_array_equal(y, [4, 5, 6, 7, 8, 9])
+    np.testing.assert_allclose(ewma_predict(np.array([[0.0, 10.0, 20.0]]), 0.5), [12.5])
+    np.testing.assert_allclose(ewma_predict(np.array([[4.0, 8.0]]), 1.0), [8.0])  # alpha 1 = last value
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10_000), st.floats(0.5, 4.0), st.floats(0.0, 1.0))
+def test_jct_model_is_seeded_positive_and_policy_independent(seed, kappa, sigma):
+    ft = build_flow_table(parse_coflow_text("4 3\n1 0 1 0 1 1:10\n2 50 2 0 1 2 2:8 3:4\n3 90 1 2 1 3:1\n"))
+    m1, r1 = jobs.compute_stages_s(ft, seed, kappa, sigma)
+    m2, r2 = jobs.compute_stages_s(ft, seed, kappa, sigma)
+    np.testing.assert_array_equal(m1, m2)
+    assert np.all(m1 > 0) and np.all(r1 > 0)
+    if sigma == 0:  # kappa exact: map + reduce = kappa x isolated shuffle at 1 Gbps
+        np.testing.assert_allclose(m1 + r1, kappa * ft.cof_alpha * 8 / 2.0**30)
+    cct = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(jobs.jct_s(cct, m1, r1) - jobs.jct_s(cct / 2, m1, r1), cct / 2)
+
+
+def test_jct_model_rejects_bad_parameters():
+    ft = build_flow_table(parse_coflow_text("2 1\n1 0 1 0 1 1:10\n"))
+    with pytest.raises(ValueError):
+        jobs.compute_stages_s(ft, 0, median_kappa=0.0)
+    with pytest.raises(ValueError):
+        jobs.compute_stages_s(ft, 0, sigma=-1.0)

@@ -1,0 +1,196 @@
+"""The jit-compiled simulator: agreement with the literal quantum-by-quantum reference, MADD, FVDF = SEBF without
+compression, compression physics, orderings, the greedy back-fill, and invariants on random coflow sets."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from common.traces import parse_coflow_text
+from papers.swallow import sim
+from papers.swallow.reference import simulate_reference
+from papers.swallow.workload import MIB, build_flow_table
+
+P = 150  # the FB fabric's port count, so every test shares the experiments' compiled programs
+CAP = 2.0**30
+MADD_POLICIES = ["fifo", "scf", "ncf", "lcf", "sebf"]
+
+
+def trace_text(coflows) -> str:
+    lines = [f"{P} {len(coflows)}"]
+    for i, (arr, maps, reds) in enumerate(coflows):
+        red = " ".join(f"{p}:{mb}" for p, mb in reds)
+        lines.append(f"{i + 1} {arr} {len(maps)} {' '.join(map(str, maps))} {len(reds)} {red}")
+    return "\n".join(lines) + "\n"
+
+
+@st.composite
+def coflow_sets(draw, max_coflows=7, ports=6):
+    n = draw(st.integers(2, max_coflows))
+    out = []
+    for _ in range(n):
+        maps = draw(st.lists(st.integers(0, ports - 1), min_size=1, max_size=3, unique=True))
+        rp = draw(st.lists(st.integers(0, ports - 1), min_size=1, max_size=3, unique=True))
+        reds = [(p, draw(st.integers(1, 60))) for p in rp]
+        out.append((draw(st.integers(0, 30000)), maps, reds))
+    return build_flow_table(parse_coflow_text(trace_text(out)))
+
+
+def run(ft, kind, policies=("sebf",), **kw):
+    ps = sim.stack_params([sim.params(CAP, policy=p, num_ports=P, **kw) for p in policies])
+    return sim.simulate_batch(ft, sim.Static(kind=kind), ps)
+
+
+SLOW = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SLOW
+@given(coflow_sets())
+def test_matches_reference_on_random_coflow_sets(ft):
+    madd = run(ft, "madd", MADD_POLICIES)
+    got = dict(zip(MADD_POLICIES, madd, strict=True))
+    got["dark"] = run(ft, "dark")[0]
+    got["fair"] = run(ft, "fair")[0]
+    for pol, r in got.items():
+        ref = simulate_reference(ft, pol)
+        np.testing.assert_array_equal(r.cct_ms, ref["finish_ms"] - ref["start_ms"], err_msg=pol)
+
+
+@SLOW
+@given(coflow_sets(), st.sampled_from(["madd", "dark", "fair", "sincronia", "fvdf"]))
+def test_invariants_capacity_bytes_termination_determinism(ft, which):
+    if which == "fvdf":
+        kw = dict(compress="swallow", ratio=0.5, speed_Bps=100e6, cores=1.0)
+        a, b = run(ft, "madd", ["fvdf", "fvdf"], **kw)
+    else:
+        a, b = run(ft, which, ["sebf", "sebf"])
+    assert np.all(np.isfinite(a.cct_ms)), "every coflow finishes"
+    assert a.peak_port_load <= 1.0 + 1e-9, "no port above capacity"
+    np.testing.assert_allclose(a.sent_bytes, ft.cof_bytes, rtol=1e-12)  # all bytes delivered
+    np.testing.assert_array_equal(a.cct_ms, b.cct_ms)  # identical inputs, identical results
+    np.testing.assert_array_equal(a.wire_bytes, b.wire_bytes)
+
+
+def test_fvdf_without_compression_equals_sebf():
+    ft = build_flow_table(parse_coflow_text(trace_text([
+        (0, [0, 1], [(2, 40), (3, 10)]), (0, [1], [(2, 30)]), (100, [0, 4], [(3, 7)]), (12000, [2], [(0, 50)]),
+        (12000, [3, 0], [(1, 22), (4, 8)]), (30000, [1, 2, 3], [(0, 9), (4, 61)])])))
+    sebf = run(ft, "madd", ["sebf"])[0]
+    for kw in (dict(compress="none"), dict(compress="swallow", ratio=1.0, speed_Bps=1e9, cores=4.0)):
+        fvdf = run(ft, "madd", ["fvdf"], **kw)[0]
+        np.testing.assert_array_equal(fvdf.cct_ms, sebf.cct_ms)
+        np.testing.assert_array_equal(fvdf.wire_bytes, sebf.wire_bytes)
+
+
+def _admitted_state(ft, policy):
+    with jax.enable_x64(True):
+        tr = sim.device_trace(ft)
+        p = sim.Params(*(jnp.asarray(x) for x in sim.params(CAP, policy=policy, num_ports=P)))
+        s = sim._admit(sim.Static(), tr, sim.init_state(tr, sim.K_MIN), p, P)
+        return tr, p, s
+
+
+def test_madd_finishes_an_isolated_coflow_at_gamma():
+    # mappers 0, 1; reducers 2 (30 MB) and 3 (12 MB): flows 15, 15, 6, 6 MB; bottleneck: 30 MB into port 2
+    ft = build_flow_table(parse_coflow_text(trace_text([(0, [0, 1], [(2, 30), (3, 12)])])))
+    tr, p, s = _admitted_state(ft, "sebf")
+    with jax.enable_x64(True):
+        order = jnp.argsort(s.rank)
+        rate, sf, rf = sim._madd(sim.Static(), tr, s, s.rem, p.port_bps, P, order, 1)
+        gamma = 30 * MIB * 8 / CAP  # seconds
+        a = np.asarray(s.alive)
+        np.testing.assert_allclose(np.asarray(s.rem)[a] * 8 / np.asarray(rate)[a], gamma, rtol=1e-12)
+        assert float(rf[2]) == pytest.approx(0.0, abs=1e-3)  # the bottleneck is saturated
+    r = run(ft, "madd", ["sebf"])[0]
+    assert r.cct_ms[0] == np.ceil(gamma * 1024 / 8 - 1e-9) * 8  # finishes at the end of the quantum holding Gamma
+
+
+@pytest.mark.parametrize("policy, key", [
+    ("sebf", lambda ft: ft.cof_alpha), ("fifo", lambda ft: np.zeros(ft.num_coflows)),
+    ("scf", lambda ft: ft.cof_scf_key), ("ncf", lambda ft: ft.cof_ncf_key), ("lcf", lambda ft: ft.cof_orig_bytes)])
+def test_orderings_obey_their_definitions(policy, key):
+    # all arrive in the first epoch: the priority list is the stable sort by the policy's key (ties: arrival)
+    cof = [(0, [0], [(1, 50)]), (5, [2, 3], [(1, 10)]), (9, [0, 1, 2], [(4, 90)]), (20, [5], [(2, 10)]),
+           (30, [1, 4], [(0, 3), (2, 3)]), (40, [3], [(5, 10)])]
+    ft = build_flow_table(parse_coflow_text(trace_text(cof)))
+    _, _, s = _admitted_state(ft, policy)
+    rank = np.asarray(s.rank)[: ft.num_coflows]
+    assert np.argsort(rank).tolist() == np.argsort(key(ft), kind="stable").tolist()
+
+
+def test_compression_physics_single_flow():
+    ft = build_flow_table(parse_coflow_text(trace_text([(0, [0], [(1, 100)])])))
+    raw = run(ft, "madd", ["sebf"])[0]
+    assert raw.cct_ms[0] == 100 * 8  # 1 MiB per 8 ms quantum at 2**30 bit/s
+    fast = run(ft, "madd", ["fvdf"], compress="swallow", ratio=0.5, speed_Bps=1e12, cores=1.0)[0]
+    assert fast.cct_ms[0] == 50 * 8  # CPU to spare: every byte compressed, link carries half
+    assert fast.wire_bytes[0] == pytest.approx(50 * MIB)
+    # CPU at half the link rate: Swallow compresses what it can (g = 1.25), always-on is CPU-bound (g = 0.5)
+    half = dict(ratio=0.5, speed_Bps=CAP / 8 / 2, cores=1.0)
+    sw = run(ft, "madd", ["fvdf"], compress="swallow", **half)[0]
+    al = run(ft, "madd", ["sebf"], compress="always", **half)[0]
+    assert sw.cct_ms[0] == 80 * 8 and al.cct_ms[0] == 200 * 8
+    assert sw.wire_bytes[0] == pytest.approx(100 * MIB * 0.8)
+    # no free CPU: Swallow sends raw
+    none = run(ft, "madd", ["fvdf"], compress="swallow", ratio=0.5, speed_Bps=1e9, cores=1.0,
+               cpu_free=np.zeros((sim.CPU_SAMPLES, P)))[0]
+    assert none.cct_ms[0] == raw.cct_ms[0]
+    # no free CPU, always-on compression: it time-shares ALWAYS_CPU_FLOOR of the cores and still finishes
+    slow = dict(ratio=0.5, speed_Bps=CAP / 8, cores=1.0, cpu_free=np.zeros((sim.CPU_SAMPLES, P)))
+    stalled = run(ft, "madd", ["sebf"], compress="always", **slow)[0]
+    assert sim.ALWAYS_CPU_FLOOR == 0.05 and stalled.cct_ms[0] == 2000 * 8  # 5 % of 1 MiB per quantum
+
+
+def test_greedy_fill_equals_the_sequential_pass():
+    rng = np.random.default_rng(3)
+    K = sim.K_MIN
+    n = 300
+    src, dst = rng.integers(0, 8, n), rng.integers(0, 8, n)
+    order = rng.permutation(n)
+    sf0 = rng.choice([0.0, 5.0, 10.0, 20.0], P)
+    rf0 = rng.choice([0.0, 7.0, 10.0], P)
+    # sequential reference
+    sf, rf, want = sf0.copy(), rf0.copy(), np.zeros(n)
+    for i in np.argsort(order):
+        x = min(sf[src[i]], rf[dst[i]])
+        x = x if x > 1e-3 else 0.0
+        want[i] += x
+        sf[src[i]] -= x
+        rf[dst[i]] -= x
+    with jax.enable_x64(True):
+        pad = lambda x, fill=0: jnp.asarray(np.concatenate([x, np.full(K - n, fill, x.dtype)]))
+        tr = sim.device_trace(build_flow_table(parse_coflow_text(trace_text([(0, [0], [(1, 1)])]))))
+        s = sim.init_state(tr, K)._replace(src=pad(src.astype(np.int32)), dst=pad(dst.astype(np.int32)),
+                                           alive=pad(np.ones(n, bool), False), gid=pad(np.arange(n, dtype=np.int32)))
+        rate, sf_got, rf_got = sim._greedy_fill(sim.Static(), s, jnp.zeros(K), jnp.asarray(sf0), jnp.asarray(rf0),
+                                               pad(order.astype(np.int64)), P)
+    np.testing.assert_allclose(np.asarray(rate)[:n], want)
+    np.testing.assert_allclose(np.asarray(sf_got), sf)
+
+
+def test_bssi_orders_one_bottleneck_smallest_first():
+    ft = build_flow_table(parse_coflow_text(trace_text([(0, [0], [(1, 30)]), (0, [0], [(2, 10)]),
+                                                       (0, [0], [(3, 20)])])))
+    tr, p, s = _admitted_state(ft, "sebf")
+    with jax.enable_x64(True):
+        rank = np.asarray(sim._bssi_rank(tr, s, P))[:3]
+    assert rank.tolist() == [2.0, 0.0, 1.0]
+
+
+def test_bad_params_are_rejected():
+    with pytest.raises(ValueError):
+        sim.params(0.0)
+    with pytest.raises(ValueError):
+        sim.params(CAP, policy="nope")
+    with pytest.raises(ValueError):
+        sim.params(CAP, compress="swallow", ratio=0.5)  # no CPU speed
+    with pytest.raises(ValueError):
+        sim.params(CAP, ratio=1.5)
+    with pytest.raises(ValueError):
+        sim.Static(kind="nope")
+    with pytest.raises(ValueError):
+        sim.Static(epoch_ms=10.0, quantum_ms=8.0)
