@@ -24,7 +24,7 @@ CASES = [
     ("greenplace", "pareto", ["policy=greenplace/bdq"], 3),
     # EvoGWP alone on the smoke slice (Google, 8 jobs), 9 steps = 3 rounds of 3 = 3 checkpointed chunks
     ("evogwp", "ablation", ["policy=evogwp/evogwp", "policy.hparams.shapelet_steps=20",
-                            "policy.hparams.shapelet_samples=64", "experiment.params.train.steps=9"], 2),
+                            "policy.hparams.shapelet_samples=64", "experiment.profiles.smoke.params.train.steps=9"], 2),
 ]
 
 
