@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # (paper, experiment, extra overrides, kill after checkpoint step)
 CASES = [
     ("greenplace", "pareto", ["policy=greenplace/bdq"], 3),
+    # EvoGWP alone on the smoke slice (Google, 8 jobs), 9 steps = 3 rounds of 3 = 3 checkpointed chunks
+    ("evogwp", "ablation", ["policy=evogwp/evogwp", "policy.hparams.shapelet_steps=20",
+                            "policy.hparams.shapelet_samples=64", "experiment.profiles.smoke.params.train.steps=9"], 2),
 ]
 
 

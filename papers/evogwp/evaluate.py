@@ -13,6 +13,7 @@ counts (padding is never sampled or scored).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from common.repro.checkpoint import run_chunked
 from common.traces._io import resolve
 from common.traces.workload import load_workload_matrix
 from papers.evogwp import baselines, checkpoint
@@ -38,7 +40,7 @@ from papers.evogwp.forecasters import (
 )
 from papers.evogwp.metrics import METRICS, UNITS, forecast_metrics, scored_cells
 from papers.evogwp.schemas import NEURAL, ForecastParams, TrainParams
-from papers.evogwp.train import make_predict, make_train
+from papers.evogwp.train import make_predict, make_train, num_chunks
 
 ALIBABA = "alibaba2018"
 DETERMINISTIC = ("last_value", "seasonal_naive", "arima", "ets")
@@ -172,7 +174,7 @@ _JIT: dict[tuple, tuple[Any, Any]] = {}
 
 
 def _compiled(kind: str, hp, n: int, pl: int, q: int, tcfg: TrainParams, ctx: Context | None, k: int):
-    """Jitted (vmapped-over-seeds) train and predict functions, shared by every dataset of equal shapes."""
+    """Jitted (vmapped-over-seeds) training pieces and predict function, shared by every dataset of equal shapes."""
     key = (
         kind,
         hp,
@@ -185,10 +187,33 @@ def _compiled(kind: str, hp, n: int, pl: int, q: int, tcfg: TrainParams, ctx: Co
     )
     if key not in _JIT:
         build = builder(kind, hp, num_nodes=n, input_len=pl, horizon=q, num_shapelets=k)
-        train = jax.jit(jax.vmap(make_train(build, pl, q, tcfg, ctx), in_axes=(0, None, None, None, None)))
+        train = make_train(build, pl, q, tcfg, ctx)
+        n = num_chunks(train.rounds)
+        start = jax.jit(jax.vmap(train.start, in_axes=(0, None, None, None, None)))
+        advance = jax.jit(
+            jax.vmap(functools.partial(train.advance, rounds=train.rounds // n), in_axes=(0, None, None, None, None))
+        )
         pred = jax.jit(jax.vmap(make_predict(build, pl, q, ctx), in_axes=(0, None, None)))
-        _JIT[key] = (build, train, pred)
+        _JIT[key] = (build, Trainer(start, advance, train.finish, n), pred)
     return _JIT[key]
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """A training cut into ``chunks`` equal jitted pieces (vmapped over seeds): the checkpoint granularity."""
+
+    start: Any
+    advance: Any
+    finish: Any
+    chunks: int
+
+    def __call__(self, keys, aj, tr, n_train, val_o, checkpointer=None):
+        args = (aj, tr, n_train, val_o)
+        state, history = run_chunked(
+            lambda st: self.advance(st, *args), self.start(keys, *args), self.chunks, checkpointer
+        )
+        curves = jax.tree.map(lambda *h: jnp.concatenate(h, axis=1), *history)
+        return self.finish(state, curves)
 
 
 @dataclass
@@ -203,7 +228,11 @@ class PolicyResult:
     extra: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def run_policy(pol, ds: Prepared, p: ForecastParams, seeds: np.ndarray, pads: dict[str, int]) -> PolicyResult:
+def run_policy(
+    pol, ds: Prepared, p: ForecastParams, seeds: np.ndarray, pads: dict[str, int], checkpointer=None
+) -> PolicyResult:
+    """Forecasts of ``pol`` on the test windows of ``ds``; a neural policy is trained first (seeds vmapped),
+    checkpointed through ``checkpointer`` (an orbax :class:`common.repro.checkpoint.Checkpointer` or None)."""
     kind, hp = pol.kind, pol.hp
     s, q, pl = ds.series, p.horizon, p.input_len
     t0 = time.monotonic()
@@ -232,7 +261,9 @@ def run_policy(pol, ds: Prepared, p: ForecastParams, seeds: np.ndarray, pads: di
     aj = {a: jnp.asarray(v) for a, v in arrays.items()}
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds))
     tr = jnp.asarray(_pad_idx(ds.train_o, pads["train"]))
-    params, curves = train(keys, aj, tr, jnp.asarray(ds.train_o.size, jnp.int32), jnp.asarray(ds.val_o))
+    params, curves = train(
+        keys, aj, tr, jnp.asarray(ds.train_o.size, jnp.int32), jnp.asarray(ds.val_o), checkpointer
+    )
     w = ds.test_o.size
     preds = np.asarray(pred(params, aj, jnp.asarray(_pad_idx(ds.test_o, pads["test"]))))[:, :w]
     notes = {"best_val_mae_masked": float(np.mean(np.asarray(curves["best_val"])))}
@@ -386,20 +417,8 @@ def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     for name, pol in policies.items():
         for ds in prepared:
             setting = setting_name(ds.series.name, p)
-            res = run_policy(pol, ds, p, seeds, pads)
+            res = run_policy(pol, ds, p, seeds, pads, ctx.checkpointer(f"{name}-{ds.series.name}"))
             rows += metric_rows_for(name, res, ds, setting)
-            rows.append(
-                {
-                    "policy": name,
-                    "seed": res.seeds[0],
-                    "metric": "train_seconds",
-                    "value": res.seconds,
-                    "unit": "s",
-                    "dataset": ds.series.name,
-                    "setting": setting,
-                    "horizon": "avg",
-                }
-            )
             for k, v in res.notes.items():
                 rows.append(
                     {

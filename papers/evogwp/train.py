@@ -2,12 +2,13 @@
 
 ``make_train(build, P, Q, cfg, context)`` returns ``train(key, arrays, train_origins, n_train, val_origins)``
 (batches are drawn from the first ``n_train`` origins, so origin lists can be padded to shared shapes): the
-whole loop is a ``lax.scan`` over chunks of ``eval_every`` steps (an inner ``lax.scan`` of optimiser steps)
-under one ``jit``, and it is ``vmap``-able over seeds. Each step samples a batch of training windows, computes
-the masked MAE in the data's units (targets that are gaps or exactly 0 are dropped, as in the authors' code),
-clips the gradient norm and applies Adam with a multi-step learning-rate decay. After every chunk the
-validation masked MAE (no teacher forcing) is computed and the best parameters so far are kept: early stopping
-as a selection, so the loop keeps a fixed shape.
+whole loop is a ``lax.scan`` over rounds of ``eval_every`` steps (an inner ``lax.scan`` of optimiser steps)
+under one ``jit``, and it is ``vmap``-able over seeds; ``train.start`` / ``train.advance`` / ``train.finish``
+cut the same loop into equal jitted chunks so that long trainings checkpoint and resume bit-identically.
+Each step samples a batch of training windows, computes the masked MAE in the data's units (targets that are
+gaps or exactly 0 are dropped, as in the authors' code), clips the gradient norm and applies Adam with a
+multi-step learning-rate decay. After every round the validation masked MAE (no teacher forcing) is computed
+and the best parameters so far are kept: early stopping as a selection, so the loop keeps a fixed shape.
 
 ``make_predict(build, P, Q, context)`` returns ``predict(params, arrays, origins) -> [W, Q, N]`` forecasts in
 the data's units, batched with ``lax.map``.
@@ -72,17 +73,33 @@ def make_step(build: Build, input_len: int, horizon: int, cfg: TrainParams, cont
     return tx, loss_fn, step
 
 
-def make_train(build: Build, input_len: int, horizon: int, cfg: TrainParams, context: Context | None = None):
-    tx, loss_fn, step = make_step(build, input_len, horizon, cfg, context)
-    chunks = cfg.steps // cfg.eval_every
+def num_chunks(total: int, most: int = 10) -> int:
+    """The most equal chunks (<= ``most``) that ``total`` evaluation rounds split into: the checkpoint granularity."""
+    return max(c for c in range(1, min(most, max(total, 1)) + 1) if total % c == 0)
 
-    def train(key, arrays, train_origins, n_train, val_origins):
+
+def make_train(build: Build, input_len: int, horizon: int, cfg: TrainParams, context: Context | None = None):
+    """``train(key, arrays, train_origins, n_train, val_origins) -> (best_params, curves)`` in one ``lax.scan``.
+
+    The same loop is exposed in resumable pieces, for :func:`common.repro.checkpoint.run_chunked`:
+    ``train.start(key, ...) -> state``, ``train.advance(state, ..., rounds) -> (state, (train_loss, val_mae))``
+    (``rounds`` evaluation rounds of ``eval_every`` steps each) and ``train.finish(state, curves) -> (best, curves)``;
+    ``train.rounds`` is the total number of evaluation rounds. Advancing ``rounds`` in any number of equal pieces
+    computes exactly what one ``train`` call does.
+    """
+    tx, loss_fn, step = make_step(build, input_len, horizon, cfg, context)
+    rounds = cfg.steps // cfg.eval_every
+
+    def start(key, arrays, train_origins, n_train, val_origins):
         k_init, k_loop = jax.random.split(key)
         params = init_params(build, k_init)
+        return ((params, tx.init(params), k_loop), params, jnp.asarray(jnp.inf, jnp.float32), jnp.asarray(0, jnp.int32))
+
+    def advance(state, arrays, train_origins, n_train, val_origins, rounds):
         val_batch = gather(arrays, val_origins, input_len, horizon, context)
 
-        def chunk(carry, c):
-            (p, st, k), best, best_val = carry
+        def one_round(carry, _):
+            (p, st, k), best, best_val, c = carry
             (p, st, k), losses = jax.lax.scan(
                 lambda cr, i: step(cr, i, arrays, train_origins, n_train),
                 (p, st, k),
@@ -91,12 +108,21 @@ def make_train(build: Build, input_len: int, horizon: int, cfg: TrainParams, con
             val = loss_fn(p, val_batch, arrays, 0.0, None)
             better = val < best_val
             best = jax.tree.map(lambda a, b: jnp.where(better, a, b), p, best)
-            return ((p, st, k), best, jnp.where(better, val, best_val)), (losses.mean(), val)
+            return ((p, st, k), best, jnp.where(better, val, best_val), c + 1), (losses.mean(), val)
 
-        init = ((params, tx.init(params), k_loop), params, jnp.asarray(jnp.inf, jnp.float32))
-        (_, best, best_val), (train_curve, val_curve) = jax.lax.scan(chunk, init, jnp.arange(chunks))
+        return jax.lax.scan(one_round, state, None, length=rounds)
+
+    def finish(state, curves):
+        _, best, best_val, _ = state
+        train_curve, val_curve = curves
         return best, {"train_loss": train_curve, "val_mae_masked": val_curve, "best_val": best_val}
 
+    def train(key, arrays, train_origins, n_train, val_origins):
+        state = start(key, arrays, train_origins, n_train, val_origins)
+        state, curves = advance(state, arrays, train_origins, n_train, val_origins, rounds)
+        return finish(state, curves)
+
+    train.start, train.advance, train.finish, train.rounds = start, advance, finish, rounds
     return train
 
 

@@ -77,3 +77,36 @@ def test_stats_baseline_forecasts_and_falls_back_on_a_broken_series_counted():
     assert np.abs(pr[:, :, 1] - x[o[:, None] + np.arange(12), 1]).mean() < 10.0
     with pytest.raises(ValueError, match="context"):
         stats_forecast("ets", x, np.array([20]), 12, 280, StatsHP(fit_steps=200, context_steps=48))
+
+
+def test_training_in_checkpointed_chunks_equals_one_scan_and_resumes_bit_identically(setup, tmp_path):
+    from common.repro.checkpoint import Checkpointer, run_chunked
+
+    build, arrays, tr, va, *_ = setup
+    cfg = TrainParams(steps=6, batch_size=4, lr=0.02, eval_every=2, val_windows=len(va))
+    train = make_train(build, P, Q, cfg)
+    args = (arrays, jnp.asarray(tr), jnp.int32(tr.size), jnp.asarray(va))
+    assert train.rounds == 3
+    one, curves1 = jax.jit(train)(jax.random.key(5), *args)
+    advance = jax.jit(lambda s: train.advance(s, *args, rounds=1))
+    state0 = jax.jit(train.start)(jax.random.key(5), *args)
+
+    def run(ck, die_after=None):
+        def chunk(s):
+            if die_after is not None and int(s[-1]) == die_after:
+                raise KeyboardInterrupt  # a kill after the checkpoint of round ``die_after``
+            return advance(s)
+
+        state, hist = run_chunked(chunk, state0, train.rounds, ck)
+        return train.finish(state, jax.tree.map(lambda *h: jnp.concatenate(h), *hist))
+
+    chunked, curves2 = run(None)
+    with pytest.raises(KeyboardInterrupt):
+        run(Checkpointer(tmp_path / "ck"), die_after=2)
+    assert Checkpointer(tmp_path / "ck").latest_step() == 2
+    resumed, curves3 = run(Checkpointer(tmp_path / "ck"))
+    for a, b, c in zip(jax.tree.leaves(one), jax.tree.leaves(chunked), jax.tree.leaves(resumed), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+        np.testing.assert_array_equal(b, c)
+    np.testing.assert_allclose(curves1["val_mae_masked"], curves2["val_mae_masked"], rtol=1e-6)
+    np.testing.assert_array_equal(curves2["val_mae_masked"], curves3["val_mae_masked"])
