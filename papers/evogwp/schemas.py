@@ -197,7 +197,7 @@ class TrainParams:
 class ForecastParams:
     """One forecasting table: datasets x policies on one window setting.
 
-    ``datasets`` are keys of the trace's ``files`` (or ``alibaba2018`` for the univariate package trace).
+    ``datasets`` are keys of the trace's ``files``.
     ``aggregate`` averages that many 5-minute steps (``input_len``/``horizon`` count aggregated steps).
     ``split``: ``chrono`` (train_frac / val_frac / rest) or ``tail`` (train on the first ``train_days``, test
     on the last ``test_days``, validate in between).

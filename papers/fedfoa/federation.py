@@ -380,6 +380,8 @@ def make_train(shape: FedShape) -> Callable[..., TrainOutput]:
     def train(kn: Knobs, key, idx, counts, images, public, mean, std) -> TrainOutput:
         kinit, kloop = jax.random.split(key)
         num_public = public.shape[0] if shape.kd_path else 1
+        if num_public == 0:
+            raise ConfigurationError("kd_path=True needs a non-empty public set (n_public > 0)")
         states, server = init(kn, kinit, num_public)
         public_view = eval_view(public, shape.image_size, mean, std) if shape.kd_path else None
         w = counts.astype(jnp.float32)

@@ -77,7 +77,8 @@ def aggregate(loadings: jax.Array, weights: jax.Array, ok: jax.Array, rank: int)
     w = jnp.where(ok, weights.astype(jnp.float32), 0.0)
     total = w.sum()
     any_ok = total > 0
-    rs = jax.vmap(reconstruct)(loadings)
+    # where, not a zero weight: a collapsed client's factor may be NaN and 0 * NaN is NaN
+    rs = jnp.where(ok[:, None, None], jax.vmap(reconstruct)(loadings), 0.0)
     d = loadings.shape[1]
     r_g = jnp.where(any_ok, jnp.tensordot(w / jnp.where(any_ok, total, 1.0), rs, axes=1), jnp.eye(d))
     return factorise(r_g, rank), any_ok

@@ -21,7 +21,8 @@ from papers.fedfoa.schemas import ClientGroupConfig, FederationHardware, FedSSLP
 
 @pytest.fixture(scope="module")
 def setup():
-    cfg = compose(["experiment=fedfoa/headline", "profile=smoke"])
+    # headline has no public set (n_public = 0); the KD path needs one, as in `hetero`
+    cfg = compose(["experiment=fedfoa/headline", "profile=smoke", "experiment.params.n_public=64"])
     ctx, _ = build_context(cfg)
     p = ctx.params
     shape = make_shape(ctx.hardware, p, 3, kd_path=True)
@@ -48,6 +49,7 @@ def setup():
         return cache[key]
 
     run.again = again
+    run.train, run.args = train, args
     return shape, counts, run
 
 
@@ -170,3 +172,11 @@ def test_bytes_per_round_are_exact():
     assert bytes_per_round(large, "local", True) == bytes_per_round(small, "local", True)  # model-size free
     assert bytes_per_round(small, "kd", False, num_public=100)["up"] == 4 * 100 * 64
     assert bytes_per_round(small, "fedema", True)["down"] == 4 * full + 4 * 64 * 16
+
+
+def test_kd_path_without_a_public_set_is_an_error(setup):
+    shape, _, run = setup
+    key, idx, counts, images, _, mean, std = run.args
+    empty = jnp.zeros((0, 32, 32, 3), jnp.uint8)
+    with pytest.raises(ConfigurationError, match="public set"):
+        run.train(knobs(shape, "kd"), key, idx, counts, images, empty, mean, std)
