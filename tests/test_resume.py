@@ -1,6 +1,6 @@
 """Long trainings checkpoint with orbax and resume bit-identically after a kill, through the real runner.
 
-For each (paper, experiment) below, three smoke runs of ``run_all``: uninterrupted; SIGKILLed right after
+For the (paper, experiment) below, three smoke runs of ``run_all``: uninterrupted; SIGKILLed right after
 checkpoint step K; restarted with the same configuration. The restarted run must resume from step K (not start
 over) and write exactly the uninterrupted run's numbers; its checkpoints are removed once the result is written.
 """
@@ -20,8 +20,10 @@ from common.repro.checkpoint import Checkpointer
 ROOT = Path(__file__).resolve().parents[1]
 
 # (paper, experiment, extra overrides, kill after checkpoint step)
+# One subprocess case keeps CI short; the other long trainings are killed and resumed in-process on the same
+# run_chunked/orbax path: greenplace (tests/papers/greenplace/test_agents.py), MAIFS
+# (tests/papers/maifs/test_env_model.py), FedFoA (tests/papers/fedfoa/test_federation.py).
 CASES = [
-    ("greenplace", "pareto", ["policy=greenplace/bdq"], 3),
     # EvoGWP alone on the smoke slice (Google, 8 jobs), 9 steps = 3 rounds of 3 = 3 checkpointed chunks
     ("evogwp", "ablation", ["policy=evogwp/evogwp", "policy.hparams.shapelet_steps=20",
                             "policy.hparams.shapelet_samples=64", "experiment.profiles.smoke.params.train.steps=9"], 2),

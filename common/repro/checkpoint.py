@@ -92,7 +92,8 @@ def run_chunked(
 
 
 def _history_like(state: Any, chunk: Callable, num_chunks: int) -> Any:
-    _, m = jax.eval_shape(chunk, state)
+    # a chunk may bring its own eval_shape (a jitted function with compiler_options cannot be traced nested)
+    _, m = chunk.eval_shape(state) if hasattr(chunk, "eval_shape") else jax.eval_shape(chunk, state)
     return jax.tree.map(lambda s: jnp.zeros((num_chunks, *s.shape), s.dtype), m)
 
 

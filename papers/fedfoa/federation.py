@@ -11,8 +11,8 @@
 
 The whole run is one ``lax.scan`` over rounds inside one ``jit``; clients of one architecture are stacked and
 ``vmap``ped, architecture groups run one after the other inside the round, and seeds are ``vmap``ped outside
-(:func:`compiled_train`). State is a pytree of arrays (:class:`ClientState`, :class:`ServerState`), so a run can
-be checkpointed between rounds.
+(:func:`compiled_train`). State is a pytree of arrays (:class:`Carry`), so a run is checkpointed between chunks
+of rounds and resumed after a kill (:func:`run_train`).
 
 What changes the compiled program is the static :class:`FedShape` (architectures and sizes); *which* method
 and SSL backbone run is the traced :class:`Knobs` (see :func:`knobs`), so every policy of every experiment
@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from common.repro.checkpoint import run_chunked
 from papers.fedfoa import relation
 from papers.fedfoa.augment import AugmentSpec, eval_view, two_views
 from papers.fedfoa.models import Net, NetSpec, Params, conv_kernels, make_net
@@ -197,6 +198,14 @@ class RoundStats(NamedTuple):
     ema_mu: jax.Array  # FedEMA mixing weight used at this round's download
     dapu_global: jax.Array  # FedU used the global predictor at this round's download
     feat_std: jax.Array  # mean std of projector features on the relation sample (collapse monitor)
+
+
+class Carry(NamedTuple):
+    """The state between rounds: what a checkpoint holds."""
+
+    clients: tuple[ClientState, ...]
+    server: ServerState
+    round: jax.Array  # int32: rounds done
 
 
 class TrainOutput(NamedTuple):
@@ -377,12 +386,24 @@ def make_train(shape: FedShape) -> Callable[..., TrainOutput]:
         stats = (lstats, ok, scale, div, mu, used_gp, jnp.std(z, axis=1).mean(-1))
         return st, (lk, ok, feats), stats
 
-    def train(kn: Knobs, key, idx, counts, images, public, mean, std) -> TrainOutput:
-        kinit, kloop = jax.random.split(key)
+    def public_size(public) -> int:
         num_public = public.shape[0] if shape.kd_path else 1
         if num_public == 0:
             raise ConfigurationError("kd_path=True needs a non-empty public set (n_public > 0)")
-        states, server = init(kn, kinit, num_public)
+        return num_public
+
+    def start(kn: Knobs, key, public) -> Carry:
+        """Initial client and server states, round 0."""
+        kinit, _ = jax.random.split(key)
+        states, server = init(kn, kinit, public_size(public))
+        return Carry(states, server, jnp.int32(0))
+
+    def advance(kn: Knobs, carry: Carry, key, idx, counts, images, public, mean, std, *, rounds: int
+                ) -> tuple[Carry, RoundStats]:
+        """``rounds`` more rounds from ``carry`` (stats leaves ``[rounds, K]``). Round ``t`` draws its randomness
+        from ``fold_in(key, t)``, so chunks of any size replay the one-shot run exactly."""
+        public_size(public)
+        _, kloop = jax.random.split(key)
         public_view = eval_view(public, shape.image_size, mean, std) if shape.kd_path else None
         w = counts.astype(jnp.float32)
 
@@ -415,9 +436,16 @@ def make_train(shape: FedShape) -> Callable[..., TrainOutput]:
                             feat_std=cat[6])
             return (new_states, server), rs
 
-        (states, server), stats = jax.lax.scan(round_fn, (states, server), jnp.arange(shape.rounds))
-        return TrainOutput(states, server, stats)
+        (states, server), stats = jax.lax.scan(round_fn, (carry.clients, carry.server),
+                                               carry.round + jnp.arange(rounds))
+        return Carry(states, server, carry.round + rounds), stats
 
+    def train(kn: Knobs, key, idx, counts, images, public, mean, std) -> TrainOutput:
+        carry, stats = advance(kn, start(kn, key, public), key, idx, counts, images, public, mean, std,
+                               rounds=shape.rounds)
+        return TrainOutput(carry.clients, carry.server, stats)
+
+    train.start, train.advance = start, advance
     return train
 
 
@@ -428,6 +456,43 @@ def compiled_train(shape: FedShape) -> Callable[..., TrainOutput]:
     train = make_train(shape)
     return jax.jit(jax.vmap(train, in_axes=(None, 0, 0, 0, None, None, None, None)),
                    compiler_options=COMPILER_OPTIONS)
+
+
+def num_chunks(rounds: int, most: int = 10) -> int:
+    """The most equal chunks (<= ``most``) that ``rounds`` splits into: the checkpoint granularity."""
+    return max(c for c in range(1, min(most, max(rounds, 1)) + 1) if rounds % c == 0)
+
+
+@functools.cache
+def compiled_chunks(shape: FedShape, chunks: int) -> tuple[Callable[..., Carry], Callable[..., tuple]]:
+    """``(start, advance)``, jitted and vmapped over seeds like :func:`compiled_train`, ``advance`` running
+    ``shape.rounds // chunks`` rounds: ``start(knobs, keys, public)``, ``advance(knobs, carry, keys, idx,
+    counts, images, public, mean, std)``."""
+    if chunks < 1 or shape.rounds % chunks:
+        raise ValueError(f"{shape.rounds} rounds do not split into {chunks} equal chunks")
+    train = make_train(shape)
+    adv = functools.partial(train.advance, rounds=shape.rounds // chunks)
+    return (jax.jit(jax.vmap(train.start, in_axes=(None, 0, None)), compiler_options=COMPILER_OPTIONS),
+            jax.jit(jax.vmap(adv, in_axes=(None, 0, 0, 0, 0, None, None, None, None)),
+                    compiler_options=COMPILER_OPTIONS))
+
+
+def run_train(shape: FedShape, kn: Knobs, keys, idx, counts, images, public, mean, std,
+              checkpointer=None) -> TrainOutput:
+    """All seeds of one policy in :func:`num_chunks` jitted chunks of rounds, saved with ``checkpointer`` (a
+    :class:`common.repro.checkpoint.Checkpointer`, or None) after each chunk and resumed from its latest save.
+    Bit-identical to :func:`compiled_train` on the same platform; stats leaves ``[S, rounds, K]``."""
+    n = num_chunks(shape.rounds)
+    start, advance = compiled_chunks(shape, n)
+    args = (keys, idx, counts, images, public, mean, std)
+
+    def chunk(c):
+        return advance(kn, c, *args)
+
+    chunk.eval_shape = lambda c: advance.eval_shape(kn, c, *args)
+    carry, history = run_chunked(chunk, start(kn, keys, public), n, checkpointer)
+    stats = jax.tree.map(lambda *h: jnp.concatenate(h, axis=1), *history)
+    return TrainOutput(carry.clients, carry.server, stats)
 
 
 def bytes_per_round(shape: FedShape, method: str, foa: bool, num_public: int = 0) -> dict[str, float]:

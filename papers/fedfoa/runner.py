@@ -26,8 +26,8 @@ from papers.fedfoa.federation import (
     Knobs,
     TrainOutput,
     bytes_per_round,
-    compiled_train,
     knobs,
+    run_train,
 )
 from papers.fedfoa.models import NetSpec, make_net
 from papers.fedfoa.schemas import FederationHardware, FedSSLParams, FedSSLPolicy
@@ -169,7 +169,6 @@ def run_fedssl(ctx) -> list[dict]:
     idx, counts, hists = partitions(data.pool_y, shape.num_clients, p.alpha, seeds, p.min_per_client)
     for s, h in zip(seeds, hists, strict=True):
         ctx.progress.log(f"seed {s} partition ({p.split_name}) class histogram per client: {h.tolist()}")
-    train = compiled_train(shape)
     args = (jax.vmap(jax.random.key)(jnp.asarray(seeds)), jnp.asarray(idx), jnp.asarray(counts),
             jnp.asarray(data.pool_x), jnp.asarray(data.public_x), jnp.asarray(data.mean), jnp.asarray(data.std))
     cond = {"split": p.split_name, "backbone": p.backbone}
@@ -178,7 +177,7 @@ def run_fedssl(ctx) -> list[dict]:
     for name, kn in kns.items():
         pol = ctx.policies[name]
         t0 = time.monotonic()
-        out = jax.block_until_ready(train(kn, *args))
+        out = jax.block_until_ready(run_train(shape, kn, *args, checkpointer=ctx.checkpointer(name)))
         t_train = time.monotonic() - t0
         hl = health(out, seeds, name)
         for m in hl.messages:

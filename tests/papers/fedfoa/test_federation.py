@@ -11,12 +11,22 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from common.repro.checkpoint import Checkpointer
 from common.repro.config import build_context, compose
 from papers.fedfoa import relation
-from papers.fedfoa.federation import ConfigurationError, FedShape, bytes_per_round, compiled_train, knobs
+from papers.fedfoa.federation import (
+    ConfigurationError,
+    FedShape,
+    bytes_per_round,
+    compiled_chunks,
+    knobs,
+    num_chunks,
+    run_train,
+)
 from papers.fedfoa.models import NetSpec, make_net, num_params
 from papers.fedfoa.runner import health, make_shape, partitions
 from papers.fedfoa.schemas import ClientGroupConfig, FederationHardware, FedSSLParams
+from tests.fixtures.dying_checkpointer import DiesAfterFirstSave, Killed
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +46,10 @@ def setup():
     idx, counts, _ = partitions(labels, shape.num_clients, p.alpha, seeds, p.min_per_client)
     args = (jax.vmap(jax.random.key)(jnp.asarray(seeds)), jnp.asarray(idx), jnp.asarray(counts), jnp.asarray(images),
             jnp.asarray(public), jnp.array([0.5, 0.5, 0.5]), jnp.array([0.25, 0.25, 0.25]))
-    train = compiled_train(shape)
     cache = {}
 
-    def again(method, **kw):
-        return jax.block_until_ready(train(knobs(shape, method, **kw), *args))
+    def again(method, checkpointer=None, **kw):
+        return jax.block_until_ready(run_train(shape, knobs(shape, method, **kw), *args, checkpointer=checkpointer))
 
     def run(method, **kw):
         key = (method, tuple(sorted(kw.items())))
@@ -49,7 +58,7 @@ def setup():
         return cache[key]
 
     run.again = again
-    run.train, run.args = train, args
+    run.args = args
     return shape, counts, run
 
 
@@ -134,7 +143,21 @@ def test_runs_are_deterministic(setup):
     b = run.again("local", foa=True, calibrate=True)
     for x, y in zip(_leaves(a), _leaves(b), strict=True):
         np.testing.assert_array_equal(x, y)
-    assert compiled_train(shape) is compiled_train(shape)  # one executable per shape
+    n = num_chunks(shape.rounds)
+    assert compiled_chunks(shape, n) is compiled_chunks(shape, n)  # one executable per shape
+
+
+def test_resume_after_a_kill_is_bit_identical(setup, tmp_path):
+    shape, _, run = setup
+    assert num_chunks(shape.rounds) == shape.rounds > 1  # smoke: one round per chunk, so the kill is mid-run
+    whole = run("local", foa=True, calibrate=True)
+    with pytest.raises(Killed):
+        run.again("local", checkpointer=DiesAfterFirstSave(tmp_path / "ck"), foa=True, calibrate=True)
+    ck = Checkpointer(tmp_path / "ck")
+    assert ck.latest_step() == 1
+    resumed = run.again("local", checkpointer=ck, foa=True, calibrate=True)
+    for x, y in zip(_leaves(whole), _leaves(resumed), strict=True):
+        np.testing.assert_array_equal(x, y)
 
 
 def test_parameter_averaging_needs_homogeneous_models():
@@ -179,4 +202,4 @@ def test_kd_path_without_a_public_set_is_an_error(setup):
     key, idx, counts, images, _, mean, std = run.args
     empty = jnp.zeros((0, 32, 32, 3), jnp.uint8)
     with pytest.raises(ConfigurationError, match="public set"):
-        run.train(knobs(shape, "kd"), key, idx, counts, images, empty, mean, std)
+        run_train(shape, knobs(shape, "kd"), key, idx, counts, images, empty, mean, std)

@@ -67,3 +67,29 @@ def test_factorised_sampling_is_valid_and_log_probs_sum_heads():
     lp, ent = ppo_agent.log_prob_entropy(logits, mask, jnp.array([0, 0, 1]))
     assert float(lp) == pytest.approx(np.log(0.5) + np.log(1.0) + np.log(0.5))
     assert float(ent) == pytest.approx(np.log(2) + 0.0 + np.log(2))
+
+
+def test_training_resumes_bit_identically_after_a_kill(tmp_path):
+    import functools
+
+    from common.repro.checkpoint import Checkpointer, run_chunked
+    from tests.fixtures.dying_checkpointer import DiesAfterFirstSave, Killed
+
+    p = _params()
+    pol = PlacementPolicy(name="bdq", kind="bdq", batch_size=16, buffer_size=256, learning_starts=16,
+                          target_period=8, torso=[16], head_hidden=8)
+    train = dqn_agents.make_train(ENV, p, pol, iterations=24, num_envs=2)
+    start = jax.jit(train.start)
+    advance = jax.jit(functools.partial(train.advance, steps=8))  # 3 chunks of 8 iterations
+
+    def run(ck):
+        return run_chunked(lambda s: advance(s, jnp.float32(0.0), p), start(jax.random.key(0), 0.0, p), 3, ck)
+
+    whole = run(None)
+    with pytest.raises(Killed):
+        run(DiesAfterFirstSave(tmp_path / "ck"))
+    resumed = run(Checkpointer(tmp_path / "ck"))
+    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(resumed), strict=True):
+        a, b = np.asarray(jax.random.key_data(a) if jnp.issubdtype(a.dtype, jax.dtypes.prng_key) else a), \
+            np.asarray(jax.random.key_data(b) if jnp.issubdtype(b.dtype, jax.dtypes.prng_key) else b)
+        np.testing.assert_array_equal(a, b)

@@ -36,7 +36,8 @@ def test_vote_targets_are_distributions(k, c, eps, seed, rule):
     if rule == "vote_share":
         assert (t >= eps / c - 1e-6).all()
     # the plurality label keeps the largest target mass
-    assert (t.argmax(-1) == np.asarray(counts).argmax(-1)).all() or eps == 1.0
+    top = np.asarray(counts).argmax(-1)
+    assert (t[np.arange(7), top] >= t.max(-1) - 1e-6).all()  # ties allowed (eps -> 1 flattens the targets)
 
 
 def test_labelavg_roundtrip_upload_to_targets():

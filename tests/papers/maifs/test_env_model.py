@@ -128,3 +128,27 @@ def test_tiny_training_chunk_runs(tiny):
     for k in ("loss", "entropy", "reward"):
         assert np.all(np.isfinite(np.asarray(m[k]))), k
     assert int(rs.update) == 1
+
+
+def test_training_resumes_bit_identically_after_a_kill(tiny, tmp_path):
+    from common.repro.checkpoint import Checkpointer, run_chunked
+    from papers.maifs.train import Problem, TrainConfig, make_train
+    from tests.fixtures.dying_checkpointer import DiesAfterFirstSave, Killed
+
+    spec, cl, sm, md = tiny
+    cfg = TrainConfig(num_envs=2, rollout_len=8, num_updates=3, updates_per_chunk=1, epochs=1, minibatches=2,
+                      hidden=8)
+    init, chunk, _, _ = make_train(ECFG, cfg, spec.num_servers)
+    prob = Problem(cl, sm, md, stack(windows() + windows(seed=1)))
+    step = jax.jit(chunk)
+
+    def run(ck):
+        return run_chunked(lambda r: step(r, variant(), prob), init(jax.random.key(0), variant(), prob), 3, ck)
+
+    whole, hist = run(None)
+    with pytest.raises(Killed):
+        run(DiesAfterFirstSave(tmp_path / "ck"))
+    resumed, hist2 = run(Checkpointer(tmp_path / "ck"))
+    assert int(resumed.update) == 3
+    for a, b in zip(jax.tree.leaves((whole.params, hist)), jax.tree.leaves((resumed.params, hist2)), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
