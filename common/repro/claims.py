@@ -49,7 +49,7 @@ VERDICTS = ("REPRODUCED", "DIRECTION_ONLY", "NOT_REPRODUCED", "SKIPPED")
 SOURCES = ("abstract", "table", "figure", "text", "notes")
 _FIELDS = {
     "id", "source", "text", "experiment", "metric", "ours", "baseline", "kind", "better", "paper_value",
-    "tolerance", "match", "where", "over", "aggregate", "skip", "note",
+    "tolerance", "match", "where", "over", "aggregate", "skip", "note", "reached",
 }
 
 
@@ -73,6 +73,7 @@ class Claim:
     aggregate: str = "mean"
     skip: str | None = None
     note: str = ""
+    reached: str | None = None  # a 0/1 metric that must be 1 in every run of ours (e.g. reached_target)
 
 
 @dataclass
@@ -195,6 +196,7 @@ def parse_claims(doc: Any, source: str = "claims.yaml") -> list[Claim]:
             metric=str(c["metric"]), ours=_filter(c["ours"], where), baseline=baseline, kind=kind, better=better,
             paper_value=None if pv is None else float(pv), tolerance=float(tol), tolerance_abs=tol_abs,
             match=match, where=dict(w), over=c.get("over"), aggregate=agg, skip=c.get("skip"),
+            reached=str(c["reached"]) if c.get("reached") else None,
             note=str(c.get("note", "")),
         ))
     return out
@@ -302,7 +304,29 @@ def _reduce(eff: pd.Series, over: str | None, aggregate: str) -> tuple[float, fl
 
 
 def evaluate(claim: Claim, df: pd.DataFrame | None, paper: str = "") -> Verdict:
-    """Verdict for one claim given the result rows of its experiment (``None`` if the file is missing)."""
+    """Verdict for one claim given the result rows of its experiment (``None`` if the file is missing).
+
+    With ``reached`` set (a 0/1 metric such as ``reached_target``), a claim whose own runs missed the target in any
+    seed cannot be REPRODUCED or DIRECTION_ONLY: their time-to-target is censored at the end of the run, so the
+    measured effect is only a bound in the claim's favour. The effect is still shown; the verdict becomes
+    NOT_REPRODUCED with a note saying how many runs missed.
+    """
+    v = _evaluate(claim, df, paper)
+    if claim.reached is None or v.verdict == "SKIPPED" or df is None:
+        return v
+    r = _select(df, claim.ours, claim.reached, claim.where)
+    if r.empty:
+        v.verdict, v.note = "SKIPPED", f"no rows for ours={claim.ours} metric={claim.reached!r}"
+        return v
+    missed = int((r["value"].to_numpy() < 0.5).sum())
+    if missed:
+        v.verdict = "NOT_REPRODUCED"
+        v.note = "; ".join(x for x in (f"ours missed the target in {missed}/{len(r)} runs ({claim.reached} = 0): "
+                                       "its time is censored, the effect shown is a bound in its favour", v.note) if x)
+    return v
+
+
+def _evaluate(claim: Claim, df: pd.DataFrame | None, paper: str) -> Verdict:
     v = Verdict(paper=paper, claim=claim, verdict="SKIPPED")
     if claim.skip:
         v.note = str(claim.skip)

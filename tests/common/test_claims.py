@@ -55,6 +55,18 @@ def test_reproduced_ratio():
     assert v.verdict == "REPRODUCED" and v.mean == pytest.approx(np.mean([10 / 5, 10 / 5.1, 10 / 4.9]))
 
 
+def test_censored_own_runs_cannot_reproduce():
+    times = frame({"a": [5.0, 5.1, 4.9], "b": [10.0, 10.0, 10.0]})
+    reached = frame({"a": [1.0, 0.0, 1.0], "b": [1.0, 1.0, 1.0]}, metric="reached_target")
+    df = pd.concat([times, reached])
+    assert evaluate(claim(), df).verdict == "REPRODUCED"  # without the guard the censored time counts
+    v = evaluate(claim(reached="reached_target"), df)
+    assert v.verdict == "NOT_REPRODUCED" and "1/3 runs" in v.note and v.mean == pytest.approx(2.0, rel=0.02)
+    all_reached = pd.concat([times, frame({"a": [1.0] * 3, "b": [0.0] * 3}, metric="reached_target")])
+    assert evaluate(claim(reached="reached_target"), all_reached).verdict == "REPRODUCED"  # baseline censored: ok
+    assert evaluate(claim(reached="reached_target"), times).verdict == "SKIPPED"
+
+
 def test_direction_only_when_magnitude_off():
     df = frame({"a": [8.0, 8.1, 7.9], "b": [10.0, 10.0, 10.0]})  # 1.25x vs claimed 2x
     assert evaluate(claim(), df).verdict == "DIRECTION_ONLY"
