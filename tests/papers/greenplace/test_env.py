@@ -173,6 +173,22 @@ def test_step_is_pure_and_jittable_and_auto_resets():
     assert int(s.step) == 0  # episode_jobs = 8, then auto-reset
 
 
+def test_single_observation_step_equals_the_base_auto_reset_step():
+    from common.rl.env import Environment
+
+    p = tiny_params()
+    _, s = ENV.reset(jax.random.key(6), p)
+    base = jax.jit(lambda k, s_, a: Environment.step(ENV, k, s_, a, p))
+    ours = jax.jit(lambda k, s_, a: ENV.step(k, s_, a, p))
+    a = _act(0, 0, 1)
+    for i in range(10):  # episode_jobs = 8: crosses an auto-reset
+        k = jax.random.key(100 + i)
+        want, got = base(k, s, a), ours(k, s, a)
+        for x, y in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
+            assert np.array_equal(np.asarray(x), np.asarray(y))
+        s = got[1]
+
+
 def test_every_baseline_returns_valid_actions():
     p = tiny_params(batch_min=jnp.float32(1.0), batch_max=jnp.float32(100.0))
     for name, act in B.HEURISTIC_POLICIES.items():
