@@ -77,8 +77,20 @@ class Environment(Generic[TState, TParams]):
         obs_st, state_st, reward, done, info = self.step_env(k_step, state, action, params)
         obs_re, state_re = self.reset_env(k_reset, params)
         state = jax.tree.map(lambda a, b: jnp.where(done, a, b), state_re, state_st)
+        if type(self).get_obs is not Environment.get_obs:
+            # one observation of the selected state; the two above are dead code under jit
+            return self.get_obs(state, params), state, reward, done, info
         obs = jnp.where(done, obs_re, obs_st)
         return obs, state, reward, done, info
+
+    def get_obs(self, state: TState, params: TParams) -> jax.Array:
+        """Optional: the observation as a pure function of the state.
+
+        Environments that define it (and return ``get_obs(state)`` from ``reset_env`` / ``step_env``) get one
+        observation per ``step`` instead of two (the reset branch's and the next state's, both evaluated under
+        ``vmap``); the result is the same.
+        """
+        raise TypeError(f"{type(self).__name__} does not define get_obs")
 
     # ---- to implement
     def reset_env(self, key: jax.Array, params: TParams) -> tuple[jax.Array, TState]:

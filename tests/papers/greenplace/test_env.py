@@ -174,11 +174,17 @@ def test_step_is_pure_and_jittable_and_auto_resets():
 
 
 def test_single_observation_step_equals_the_base_auto_reset_step():
-    from common.rl.env import Environment
-
     p = tiny_params()
     _, s = ENV.reset(jax.random.key(6), p)
-    base = jax.jit(lambda k, s_, a: Environment.step(ENV, k, s_, a, p))
+
+    def two_observations(k, s_, a):  # the auto-reset step with both observations, as gymnax writes it
+        k_step, k_reset = jax.random.split(k)
+        obs_st, state_st, r, d, info = ENV.step_env(k_step, s_, a, p)
+        obs_re, state_re = ENV.reset_env(k_reset, p)
+        state = jax.tree.map(lambda x, y: jnp.where(d, x, y), state_re, state_st)
+        return jnp.where(d, obs_re, obs_st), state, r, d, info
+
+    base = jax.jit(two_observations)
     ours = jax.jit(lambda k, s_, a: ENV.step(k, s_, a, p))
     a = _act(0, 0, 1)
     for i in range(10):  # episode_jobs = 8: crosses an auto-reset
