@@ -125,8 +125,10 @@ def _compute_stage(state: EnvState, params: EnvParams, free_at, last_used, ff, l
     start = jnp.maximum(lanes[lane], ff) + cold
     ff2 = start + tau
     lf2 = jnp.maximum(start + state.batch * tau, lf + tau)
-    free_at = jnp.where(active, free_at.at[node, lane].set(lf2), free_at)
-    last_used = jnp.where(active, last_used.at[node, state.model].set(lf2), last_used)
+    # one-hot selects instead of scatters: elementwise, so they vectorise under vmap
+    node_hit = active & (jnp.arange(free_at.shape[0]) == node)[:, None]
+    free_at = jnp.where(node_hit & (jnp.arange(free_at.shape[1]) == lane), lf2, free_at)
+    last_used = jnp.where(node_hit & (jnp.arange(last_used.shape[1]) == state.model), lf2, last_used)
     h = trace_hour(state, params, start)
     nl = params.lane_ok[node].sum()
     g = params.green_kw[h, node] / nl
@@ -188,6 +190,15 @@ def objective(outcome: Outcome, params: EnvParams) -> jax.Array:
     return params.w_energy * outcome.cost / params.c_norm + (1.0 - params.w_energy) * outcome.jct / params.t_norm
 
 
+def inverse_cdf(probs: jax.Array, u: jax.Array) -> jax.Array:
+    """Index drawn from the categorical ``probs`` (unnormalised, >= 0) by a uniform ``u`` in [0, 1): the first
+    index whose cumulative share exceeds ``u``. Zero-probability entries are never drawn (the last cumulative
+    share is exactly 1, so trailing zeros are skipped too)."""
+    cdf = jnp.cumsum(probs)
+    cdf = cdf / cdf[-1]
+    return jnp.sum(cdf <= u).astype(jnp.int32)
+
+
 def symlog(x: jax.Array) -> jax.Array:
     return jnp.sign(x) * jnp.log1p(jnp.abs(x))
 
@@ -209,30 +220,27 @@ class PlacementEnv(Environment[EnvState, EnvParams]):
         back = jnp.where(params.back_empty[m][:, None], site[None, :], fits_b)
         return BranchMask(params.cand_ok[m], (front, back))
 
-    def _sample_job(self, key, state: EnvState, params: EnvParams, t: jax.Array) -> EnvState:
-        k1, k2, k3 = jax.random.split(key, 3)
-        u = jax.random.uniform(k2, (), minval=0.0, maxval=1.0)
-        batch = jnp.round(params.batch_min * (params.batch_max / params.batch_min) ** u)
-        return state.replace(
-            t=t,
-            model=jax.random.categorical(k1, jnp.log(params.model_probs)).astype(jnp.int32),
-            batch=batch,
-            site=jax.random.categorical(k3, jnp.log(params.site_probs)).astype(jnp.int32),
-        )
+    def _sample_job(self, u: jax.Array, state: EnvState, params: EnvParams, t: jax.Array) -> EnvState:
+        """The job arriving at ``t`` from three uniforms ``u`` in [0, 1) (model, batch, site; inverse CDF, so one
+        random draw per job instead of a Gumbel vector per categorical)."""
+        batch = jnp.round(params.batch_min * (params.batch_max / params.batch_min) ** u[1])
+        return state.replace(t=t, model=inverse_cdf(params.model_probs, u[0]), batch=batch,
+                             site=inverse_cdf(params.site_probs, u[2]))
 
     def reset_env(self, key, params: EnvParams):
-        k1, k2 = jax.random.split(key)
+        u = jax.random.uniform(key, (4,))
         n, lm = params.lane_ok.shape
         m = params.model_probs.shape[0]
+        n_start = params.start_hours.shape[0]
         state = EnvState(
             t=jnp.zeros((), jnp.float32),
-            hour0=jax.random.choice(k1, params.start_hours).astype(jnp.int32),
+            hour0=params.start_hours[jnp.minimum((u[3] * n_start).astype(jnp.int32), n_start - 1)].astype(jnp.int32),
             free_at=jnp.zeros((n, lm), jnp.float32),
             last_used=jnp.full((n, m), NO_USE, jnp.float32),
             model=jnp.zeros((), jnp.int32), batch=jnp.ones((), jnp.float32), site=jnp.zeros((), jnp.int32),
             step=jnp.zeros((), jnp.int32),
         )
-        state = self._sample_job(k2, state, params, state.t)
+        state = self._sample_job(u, state, params, state.t)
         return self.get_obs(state, params), state
 
     def step_env(self, key, state: EnvState, action: jax.Array, params: EnvParams):
@@ -253,10 +261,10 @@ class PlacementEnv(Environment[EnvState, EnvParams]):
         }
         state = state.replace(free_at=jnp.where(ok, out.free_at, state.free_at),
                               last_used=jnp.where(ok, out.last_used, state.last_used), step=state.step + 1)
-        k_gap, k_job = jax.random.split(key)
+        u = jax.random.uniform(key, (4,))
         rate = params.rate[trace_hour(state, params, state.t)]
-        gap = jax.random.exponential(k_gap) / rate
-        state = self._sample_job(k_job, state, params, state.t + gap)
+        gap = -jnp.log1p(-u[3]) / rate  # exponential inter-arrival time
+        state = self._sample_job(u, state, params, state.t + gap)
         done = state.step >= params.episode_jobs
         return self.get_obs(state, params), state, reward, done, info
 

@@ -218,3 +218,42 @@ def test_neurosurgeon_dads_and_greedy_choices():
     p3 = tiny_params(ci=jnp.asarray(np.tile([900.0, 10.0], (T, 1)), jnp.float32))
     a3 = B.greedy_greenest(None, None, _state(p3), p3)
     assert float(place(_state(p3), p3, a3).co2_kg) <= float(place(_state(p3), p3, _act(2, 0, 0)).co2_kg)
+
+
+def test_inverse_cdf_known_answers_and_zero_probabilities():
+    from papers.greenplace.env import inverse_cdf
+
+    probs = jnp.array([0.0, 0.25, 0.0, 0.75, 0.0])  # unnormalised is fine; zeros anywhere, trailing included
+    u = jnp.array([0.0, 0.2499, 0.25, 0.9999, jnp.nextafter(jnp.float32(1.0), 0.0)])
+    got = jax.vmap(lambda x: inverse_cdf(probs * 4.0, x))(u)
+    np.testing.assert_array_equal(np.asarray(got), [1, 1, 3, 3, 3])
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=6).filter(lambda w: sum(w) > 0), st.integers(0, 2**31 - 1))
+def test_inverse_cdf_draws_follow_the_probabilities(weights, seed):
+    from papers.greenplace.env import inverse_cdf
+
+    w = jnp.asarray(weights, jnp.float32)
+    n = 20000
+    idx = jax.vmap(lambda x: inverse_cdf(w, x))(jax.random.uniform(jax.random.key(seed), (n,)))
+    freq = np.bincount(np.asarray(idx), minlength=len(weights)) / n
+    p = np.asarray(weights, float) / sum(weights)
+    assert np.all(freq[p == 0] == 0)  # never drawn
+    np.testing.assert_allclose(freq, p, atol=5 * np.sqrt(0.25 / n))  # 5 sigma of a binomial share
+
+
+def test_arrivals_follow_the_configured_mix_and_rate():
+    p = tiny_params().replace(model_probs=jnp.array([0.0, 1.0, 3.0]), site_probs=jnp.array([1.0, 0.0]),
+                              batch_min=jnp.float32(2.0), batch_max=jnp.float32(32.0),
+                              rate=jnp.full(T, 2.0), episode_jobs=10**6)  # model 1, 2 index clamp in place(): only the arrivals are checked
+    keys = jax.random.split(jax.random.key(1), 4000)
+    _, s0 = jax.vmap(ENV.reset, in_axes=(0, None))(keys, p)
+    _, s1, *_ = jax.vmap(ENV.step_env, in_axes=(0, 0, None, None))(keys, s0, _act(0, 0, 0), p)
+    freq = np.bincount(np.asarray(s1.model), minlength=3) / len(keys)
+    np.testing.assert_allclose(freq, [0.0, 0.25, 0.75], atol=0.04)
+    assert np.all(np.asarray(s1.site) == 0)
+    b = np.asarray(s1.batch)
+    assert b.min() >= 2 and b.max() <= 32 and np.median(b) == pytest.approx(8.0, abs=1.0)  # log-uniform
+    gaps = np.asarray(s1.t - s0.t)
+    assert gaps.min() > 0 and gaps.mean() == pytest.approx(0.5, rel=0.08)  # exponential, mean 1 / rate
