@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from common.quant.pieces import check_piece_size, from_pieces, num_pieces, piece_lengths, to_pieces
+from common.quant.pieces import check_piece_size, from_pieces, num_pieces, piece_lengths
 
 LEVELS = 255
 PIECE_META_BYTES = 8  # float32 lo + float32 scale
@@ -72,29 +72,47 @@ def _piece_stats(xp: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Array,
     return lo, hi, finite
 
 
-def _encode(xp: jax.Array, valid: jax.Array, key: jax.Array | None) -> Sketch:
-    """Sketch of ``[..., P, L]`` pieces (one per row of the last axis); ``valid`` broadcasts against ``xp``."""
+def _edge_pieces(x: jax.Array, piece_size: int) -> tuple[jax.Array, jax.Array | None]:
+    """``[P, L]`` pieces of a flat tensor padded with its *last element* (so each row's min and max are the
+    piece's own, with no mask in the reductions), and the padding mask (``None`` when nothing is padded)."""
+    if x.ndim != 1:
+        raise ValueError(f"expected a flat (1-D) tensor, got shape {x.shape}; flatten it first")
+    n = x.shape[0]
+    p = num_pieces(n, piece_size)
+    pad = p * piece_size - n
+    if pad == 0:
+        return x.reshape(p, piece_size), None
+    valid = (jnp.arange(p * piece_size) < n).reshape(p, piece_size)
+    return jnp.pad(x, (0, pad), mode="edge").reshape(p, piece_size), valid
+
+
+def _encode(xp: jax.Array, valid: jax.Array | None, key: jax.Array | None) -> Sketch:
+    """Sketch of ``[P, L]`` rows from :func:`_edge_pieces` (padding repeats a valid value; its codes are 0).
+
+    Unmasked min/max reductions are what keep this near memory speed on CPU; a piece holding NaN or Inf is
+    recognised by a non-finite min or max (XLA's min/max propagate NaN).
+    """
     xp = xp.astype(jnp.float32)
-    lo, hi, finite = _piece_stats(xp, valid)
-    lo = jnp.where(jnp.isfinite(lo), lo, 0.0)  # every piece has >= 1 valid element
+    lo, hi = jnp.min(xp, axis=-1), jnp.max(xp, axis=-1)
+    finite = jnp.isfinite(lo) & jnp.isfinite(hi)
     scale = (hi - lo) / LEVELS
-    safe = jnp.where(scale > 0, scale, 1.0)
-    t = (xp - lo[..., None]) / safe[..., None]
+    ok = finite & (scale > 0)
+    t = (xp - jnp.where(finite, lo, 0.0)[..., None]) / jnp.where(ok, scale, 1.0)[..., None]
     if key is None:
         q = jnp.round(t)
     else:
         q = jnp.floor(t + jax.random.uniform(key, t.shape, dtype=jnp.float32))
-    q = jnp.where(valid & (scale[..., None] > 0), jnp.clip(q, 0, LEVELS), 0)
-    codes = jnp.where(finite[..., None], q, 0).astype(jnp.uint8)
+    q = jnp.where(ok[..., None], jnp.clip(q, 0, LEVELS), 0)
+    if valid is not None:
+        q = jnp.where(valid, q, 0)
     nan = jnp.float32(jnp.nan)
-    return Sketch(codes, jnp.where(finite, lo, nan), jnp.where(finite, scale, nan))
+    return Sketch(q.astype(jnp.uint8), jnp.where(finite, lo, nan), jnp.where(finite, scale, nan))
 
 
 @functools.partial(jax.jit, static_argnames=("piece_size",))
 def quantize(x: jax.Array, piece_size: int, key: jax.Array | None = None) -> Sketch:
     """Sketch of a flat float tensor; deterministic rounding, or stochastic when a PRNG ``key`` is given."""
-    xp, valid = to_pieces(x, piece_size)
-    return _encode(xp, valid, key)
+    return _encode(*_edge_pieces(x, piece_size), key)
 
 
 def _decode(sk: Sketch) -> jax.Array:
@@ -110,8 +128,7 @@ def dequantize(sk: Sketch, n: int) -> jax.Array:
 @functools.partial(jax.jit, static_argnames=("piece_size",))
 def roundtrip(x: jax.Array, piece_size: int, key: jax.Array | None = None) -> jax.Array:
     """``dequantize(quantize(x))`` in one kernel (what a receiver sees of ``x``)."""
-    xp, valid = to_pieces(x, piece_size)
-    return from_pieces(_decode(_encode(xp, valid, key)), x.shape[0])
+    return from_pieces(_decode(_encode(*_edge_pieces(x, piece_size), key)), x.shape[0])
 
 
 @jax.jit

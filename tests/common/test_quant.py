@@ -128,6 +128,30 @@ def test_non_finite_is_reported_never_encoded(bad):
     assert np.all(np.isnan(out[8:16])) and np.all(np.isfinite(out[:8])) and np.all(np.isfinite(out[16:]))
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_last_element_poisons_only_the_short_last_piece(bad):
+    # the short last piece is padded by repeating its last element: padding must neither hide nor spread it
+    x = np.linspace(-1, 1, 21).astype(np.float32)
+    x[-1] = bad
+    sk = sketch.quantize(jnp.asarray(x), 8)
+    out = np.asarray(sketch.dequantize(sk, 21))
+    assert np.all(np.isnan(out[16:])) and np.all(np.isfinite(out[:16]))
+    assert np.all(np.asarray(sk.codes)[2] == 0)
+
+
+@given(st.integers(1, 40), st.integers(1, 9), st.integers(0, 2**31 - 1))
+@settings(max_examples=25, deadline=None)
+def test_padding_codes_are_zero_and_statistics_ignore_padding(n, piece, seed):
+    x = np.random.default_rng(seed).normal(size=n).astype(np.float32) * 3 + 10  # all far from the pad value 0
+    sk = sketch.quantize(jnp.asarray(x), piece)
+    codes, lo, scale = map(np.asarray, sk)
+    last = n - (codes.shape[0] - 1) * piece
+    assert np.all(codes[-1, last:] == 0)
+    seg = x[(codes.shape[0] - 1) * piece:]
+    assert lo[-1] == seg.min()
+    assert scale[-1] == pytest.approx((float(seg.max()) - float(seg.min())) / 255, rel=1e-6, abs=1e-12)
+
+
 def test_empty_tensor_has_no_pieces_and_no_bytes():
     sk = sketch.quantize(jnp.zeros((0,)), 8)
     assert sk.codes.shape == (0, 8)

@@ -246,7 +246,8 @@ def test_inverse_cdf_draws_follow_the_probabilities(weights, seed):
 def test_arrivals_follow_the_configured_mix_and_rate():
     p = tiny_params().replace(model_probs=jnp.array([0.0, 1.0, 3.0]), site_probs=jnp.array([1.0, 0.0]),
                               batch_min=jnp.float32(2.0), batch_max=jnp.float32(32.0),
-                              rate=jnp.full(T, 2.0), episode_jobs=10**6)  # model 1, 2 index clamp in place(): only the arrivals are checked
+                              rate=jnp.full(T, 2.0), episode_jobs=10**6)
+    # models 1 and 2 have no partition tables (their indices clamp in place()): only the arrivals are checked
     keys = jax.random.split(jax.random.key(1), 4000)
     _, s0 = jax.vmap(ENV.reset, in_axes=(0, None))(keys, p)
     _, s1, *_ = jax.vmap(ENV.step_env, in_axes=(0, 0, None, None))(keys, s0, _act(0, 0, 0), p)
