@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from common.rl.env import BranchMask, Environment, MultiDiscrete, any_valid, is_valid
+from common.rl.env import BranchMask, Environment, MultiDiscrete
 
 SECONDS_PER_HOUR = 3600.0
 NO_USE = -1e9  # last-use time of a function never deployed on a node
@@ -243,9 +243,20 @@ class PlacementEnv(Environment[EnvState, EnvParams]):
         state = self._sample_job(u, state, params, state.t)
         return self.get_obs(state, params), state
 
+    def placeable(self, state: EnvState, params: EnvParams, action: jax.Array) -> jax.Array:
+        """``is_valid(action, mask) & any_valid(mask)`` for ``mask = action_mask(state)``, from the job's [C]
+        rows only (the [C, N] mask is not built; tested equal)."""
+        m, s = state.model, state.site
+        c, af, ab = action[0], action[1], action[2]
+        fe, be = params.front_empty[m], params.back_empty[m]
+        mem_max = params.mem.max()
+        some_node = params.cand_ok[m] & (fe | (mem_max >= params.front_mem[m])) & (be | (mem_max >= params.back_mem[m]))
+        front_ok = jnp.where(fe[c], af == s, params.mem[af] >= params.front_mem[m, c])
+        back_ok = jnp.where(be[c], ab == s, params.mem[ab] >= params.back_mem[m, c])
+        return params.cand_ok[m, c] & front_ok & back_ok & some_node.any()
+
     def step_env(self, key, state: EnvState, action: jax.Array, params: EnvParams):
-        mask = self.action_mask(state, params)
-        ok = is_valid(action, mask) & any_valid(mask)
+        ok = self.placeable(state, params, action)
         out = place(state, params, action)
         cost_n = jnp.clip(out.cost / params.c_norm, -params.reward_clip, params.reward_clip)
         r = -(params.w_energy * cost_n + (1.0 - params.w_energy) * out.jct / params.t_norm)
@@ -281,7 +292,6 @@ class PlacementEnv(Environment[EnvState, EnvParams]):
         green_share = jnp.clip(params.green_kw[h] / nl / params.p_max, 0.0, 2.0)
         warm = ((state.t - state.last_used[:, m]) <= params.keep_alive_s).astype(jnp.float32)
         tod = 2.0 * jnp.pi * ((h + params.local_offset_h) % 24) / 24.0
-        mask = self.action_mask(state, params)
         return jnp.concatenate([
             jax.nn.one_hot(m, n_models),
             jnp.log(state.batch / params.batch_min)[None]
@@ -289,7 +299,7 @@ class PlacementEnv(Environment[EnvState, EnvParams]):
             jax.nn.one_hot(s, n),
             params.front_frac[m],
             jnp.log1p(params.cross_bytes[m]) / 16.0,
-            mask.root.astype(jnp.float32),
+            params.cand_ok[m].astype(jnp.float32),  # the mask's root
             busy_min, busy_mean,
             symlog(params.price[h] * 1000.0 / 50.0) / 3.0,
             green_share,

@@ -127,6 +127,18 @@ def test_masks_pin_empty_segments_and_respect_memory():
     assert a.tolist() == [2, 0, 0] and not bool(is_valid(a, m))
 
 
+@given(st.lists(st.sampled_from([1e3, 5e8, 6e8, 1e9, 1e10]), min_size=2, max_size=2), st.integers(0, 1))
+@settings(max_examples=20, deadline=None)
+def test_placeable_equals_the_mask_for_every_action(mem, site):
+    p = tiny_params(mem=jnp.asarray(mem, jnp.float32))
+    s = _state(p, site=jnp.int32(site))
+    mask = ENV.action_mask(s, p)
+    nvec = ENV.action_space(p).nvec
+    for a in np.ndindex(*nvec):
+        a = _act(*a)
+        assert bool(ENV.placeable(s, p, a)) == bool(is_valid(a, mask) & any_valid(mask)), a
+
+
 def test_job_larger_than_any_node_is_rejected():
     p = tiny_params(mem=jnp.asarray([1e3, 1e3], jnp.float32))
     s = _state(p)
