@@ -19,7 +19,14 @@ from common.sim.netsim import gbps_to_bytes_per_s
 from papers.canary.data import SHAPES, layout_for_shape, load_images_trace, model_layout
 from papers.canary.numerics import Exchange, Setup, make_train
 from papers.canary.protocols import NetSpec, ProtocolSpec, Schedule, simulate
-from papers.canary.schemas import BCubeCluster, ExchangePolicy, PieceSweepParams, TrafficParams, TrainParams
+from papers.canary.schemas import (
+    BCubeCluster,
+    ExchangePolicy,
+    OptimiserSweepParams,
+    PieceSweepParams,
+    TrafficParams,
+    TrainParams,
+)
 from papers.canary.workload import ComputeModel
 
 
@@ -60,32 +67,49 @@ class PolicyRun:
     policy: str
     gbps: float
     schedule: Schedule
-    acc: np.ndarray  # [S, T / eval_every + 1]
+    acc: np.ndarray  # [S, T / eval_every + 1]; NaN where a sweep's training diverged
     eval_iters: np.ndarray
+    lr: float
+    momentum: float
 
 
-def train_and_time(ctx: RunContext, p: TrainParams) -> list[PolicyRun]:
-    """Simulate every (NIC rate, policy), train each distinct numerics once over all seeds."""
+def train_and_time(ctx: RunContext, p: TrainParams, grid: list[tuple[float, float]] | None = None,
+                   seeds: np.ndarray | None = None) -> list[PolicyRun]:
+    """Simulate every (NIC rate, policy), train each distinct (numerics, optimiser) once over all seeds.
+
+    A policy trains with ``p.optimiser_for(policy)``, or with every ``(lr, momentum)`` of ``grid`` (one run per
+    grid point, in grid order); ``seeds`` default to the run's seeds.
+    """
     hw = ctx.hardware
     data = load_images_trace(ctx.trace, ctx.data_dir, n_train=p.n_train or None, n_test=p.n_test)
     layout = model_layout(p.model, data, p.colayer_bytes, p.piece_elems)
     setup = Setup(p.model, data, layout, hw.num_servers, p.batch, p.iterations, p.eval_every, p.lr, p.momentum)
     cm = compute_model(hw)
-    seeds = ctx.seeds()
+    seeds = ctx.seeds() if seeds is None else seeds
+    trainers: dict[tuple, object] = {}  # one compilation per numerics; the optimiser is a jit argument
     cache: dict[tuple, np.ndarray] = {}
     runs = []
-    ctx.progress.start(len(p.bandwidths_gbps) * len(ctx.policies), "policy x bandwidth")
+    ctx.progress.start(len(p.bandwidths_gbps) * len(ctx.policies) * len(grid or [None]), "policy x bandwidth")
     for gbps in p.bandwidths_gbps:
         ns = net_spec(hw, gbps)
         for name, pol in ctx.policies.items():
             sched = simulate(protocol_spec(pol), ns, layout, cm, p.batch, p.iterations,
                              max_simulated=p.des_max_simulated)
             ex = exchange_for(pol, sched, ns)
-            key = ex.key()
-            if key not in cache:
-                cache[key] = make_train(setup, ex)(seeds)["acc"]
-            runs.append(PolicyRun(name, gbps, sched, cache[key], np.arange(0, p.iterations + 1, p.eval_every)))
-            ctx.progress.update(note=f"{name}@{gbps:g}G ({len(cache)} distinct trainings)")
+            for lr, mom in grid or [p.optimiser_for(name)]:
+                key = (ex.key(), lr, mom)
+                if key not in cache:
+                    if ex.key() not in trainers:
+                        trainers[ex.key()] = make_train(setup, ex)
+                    try:
+                        cache[key] = trainers[ex.key()](seeds, lr=lr, momentum=mom)["acc"]
+                    except FloatingPointError:
+                        if grid is None:
+                            raise
+                        cache[key] = np.full((len(seeds), p.iterations // p.eval_every + 1), np.nan)
+                runs.append(PolicyRun(name, gbps, sched, cache[key], np.arange(0, p.iterations + 1, p.eval_every),
+                                      lr, mom))
+                ctx.progress.update(note=f"{name}@{gbps:g}G lr={lr:g} momentum={mom:g} ({len(cache)} trainings)")
     return runs
 
 
@@ -222,6 +246,65 @@ def sketch_accuracy(ctx: RunContext) -> list[dict]:
     return tta_rows(ctx, runs, p) + accuracy_drop_rows(ctx, runs, p)
 
 
+def sweep_score(run: PolicyRun, target: float, iterations: int, eval_every: int) -> tuple[float, float]:
+    """Sort key of one grid point (lower is better): mean iterations to ``target`` (a missed seed counts as
+    ``iterations + eval_every``, a diverged run as infinity), then minus mean final accuracy."""
+    if not np.all(np.isfinite(run.acc)):
+        return float("inf"), float("inf")
+    hit = run.acc >= target
+    its = np.where(hit.any(axis=1), run.eval_iters[hit.argmax(axis=1)], iterations + eval_every)
+    return float(its.mean()), -float(run.acc[:, -1].mean())
+
+
+@experiment("canary", "optimiser_sweep", params=OptimiserSweepParams)
+def optimiser_sweep(ctx: RunContext) -> list[dict]:
+    """Each policy's (lr, momentum) from one shared grid, on tuning seeds disjoint from the reported seeds.
+
+    Rows per grid point: ``diverged`` (non-finite loss), else iterations/time to target, ``reached_target`` and
+    ``final_acc``; per policy and NIC rate ``chosen_lr`` / ``chosen_momentum``, the :func:`sweep_score` minimum.
+    """
+    p: OptimiserSweepParams = ctx.params
+    seeds = ctx.seeds() + p.tuning_seed_offset
+    grid = [(float(lr), float(m)) for m in p.momenta for lr in p.lrs]
+    runs = train_and_time(ctx, p, grid=grid, seeds=seeds)
+    rows, best = [], {}
+    for r in runs:
+        cond = dict(seeds=seeds, bandwidth_gbps=r.gbps, servers=r.schedule.num_workers, lr=r.lr, momentum=r.momentum)
+        diverged = not np.all(np.isfinite(r.acc))
+        rows += metric_rows(r.policy, {"diverged": (np.full(len(seeds), float(diverged)), "bool")}, **cond)
+        if not diverged:
+            m = tta_metrics(r, p.target_acc, p.batch)
+            rows += metric_rows(r.policy, {k: m[k] for k in ("iters_to_target", "tta_s", "reached_target",
+                                                             "final_acc")}, **cond)
+        score = sweep_score(r, p.target_acc, p.iterations, p.eval_every)
+        k = (r.policy, r.gbps)
+        if k not in best or score < best[k][0]:
+            best[k] = (score, r)
+    for (name, gbps), (_, r) in best.items():
+        rows += metric_rows(name, {"chosen_lr": (r.lr, "lr"), "chosen_momentum": (r.momentum, "momentum")},
+                            seeds=[int(seeds[0])], bandwidth_gbps=gbps, servers=r.schedule.num_workers)
+    plot_sweep(ctx, runs, p)
+    return rows
+
+
+def plot_sweep(ctx: RunContext, runs: list[PolicyRun], p: OptimiserSweepParams) -> None:
+    names = list(dict.fromkeys(r.policy for r in runs))
+    fig, axes = figure(ncols=len(names), w=2.6, h=3.0)
+    for ax, name in zip(axes[0], names, strict=True):
+        for mom in p.momenta:
+            sel = [r for r in runs if r.policy == name and r.momentum == mom and r.gbps == p.bandwidths_gbps[0]]
+            ax.plot([r.lr for r in sel], [r.acc[:, -1].mean() for r in sel], "o-", label=f"momentum {mom:g}")
+        ax.axhline(p.target_acc, color="k", lw=0.6, ls=":")
+        ax.set_xscale("log")
+        ax.set_ylim(0.0, 1.0)
+        ax.set_title(name, fontsize=8)
+        ax.set_xlabel("lr (log)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(f"final test accuracy ({p.iterations} it., diverged: gap)")
+    axes[0][0].legend(fontsize=6)
+    ctx.save_figure(fig, "final_accuracy_vs_optimiser")
+
+
 @experiment("canary", "traffic", params=TrafficParams)
 def traffic(ctx: RunContext) -> list[dict]:
     """Bytes on the wire per iteration of every policy on BCube(3,1) and BCube(3,2) (deterministic)."""
@@ -293,4 +376,5 @@ def piece_sweep(ctx: RunContext) -> list[dict]:
     return rows
 
 
-__all__ = ["compute_model", "exchange_for", "net_spec", "protocol_spec", "tta_metrics", "train_and_time"]
+__all__ = ["compute_model", "exchange_for", "net_spec", "protocol_spec", "sweep_score", "tta_metrics",
+           "train_and_time"]

@@ -341,12 +341,13 @@ def make_train(setup: Setup, ex: Exchange):
         consts["part_rows"] = part_rows
     run = jax.jit(jax.vmap(run_one, in_axes=(0, 0, None)))
 
-    def train(seeds, lr: float | None = None) -> dict[str, np.ndarray]:
-        """Train one replica set per seed (model init and data shards both follow the seed); ``lr`` overrides the
-        setup's learning rate without recompiling."""
+    def train(seeds, lr: float | None = None, momentum: float | None = None) -> dict[str, np.ndarray]:
+        """Train one replica set per seed (model init and data shards both follow the seed); ``lr`` and
+        ``momentum`` override the setup's optimiser without recompiling."""
         inits = jnp.stack([ravel_pytree(pure(make_model(setup.model, data.in_shape, data.num_classes,
                                                         seed=int(s)))[1])[0] for s in seeds])
-        c = dict(consts, lr=np.float32(setup.lr if lr is None else lr))
+        c = dict(consts, lr=np.float32(setup.lr if lr is None else lr),
+                 momentum=np.float32(setup.momentum if momentum is None else momentum))
         out = run(jnp.asarray(seeds, dtype=jnp.int32), inits, jax.tree.map(jnp.asarray, c))
         res = {k: np.asarray(v) for k, v in out.items()}
         if not np.all(np.isfinite(res["loss"])):

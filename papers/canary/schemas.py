@@ -86,6 +86,8 @@ class TrainParams:
     des_max_simulated: int = 60  # synchronous protocols: simulate this many iterations, then the period
     # "policy:reference" pairs: report the per-seed final-accuracy drop of policy against reference (pp)
     accuracy_pairs: list[str] = field(default_factory=list)
+    # per-policy optimiser {policy: [lr, momentum]} (the `optimiser_sweep` choice); unlisted policies use lr/momentum
+    optimiser: dict[str, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -103,6 +105,35 @@ class TrainParams:
         for pair in self.accuracy_pairs:
             if pair.count(":") != 1 or "" in pair.split(":"):
                 raise ValueError(f"params.accuracy_pairs entries look like 'policy:reference', got {pair!r}")
+        for name, opt in self.optimiser.items():
+            if len(opt) != 2 or not opt[0] > 0 or not 0 <= opt[1] < 1:
+                raise ValueError(f"params.optimiser.{name} must be [lr > 0, 0 <= momentum < 1], got {list(opt)}")
+
+    def optimiser_for(self, policy: str) -> tuple[float, float]:
+        """``(lr, momentum)`` that ``policy`` trains with."""
+        lr, mom = self.optimiser.get(policy, (self.lr, self.momentum))
+        return float(lr), float(mom)
+
+
+@dataclass
+class OptimiserSweepParams(TrainParams):
+    """Grid of (lr, momentum) per policy, trained on tuning seeds disjoint from the evaluation seeds.
+
+    Each policy's choice is the grid point with the fewest mean iterations to ``target_acc`` (a seed that misses
+    counts as ``iterations + eval_every``), ties broken by higher mean final accuracy. Time to target is
+    iterations to target times the policy's fixed per-iteration time, so this is also the fastest in time.
+    """
+
+    lrs: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.2])
+    momenta: list[float] = field(default_factory=lambda: [0.0, 0.5, 0.9])
+    tuning_seed_offset: int = 1000  # tuning seeds are seed + offset .. : never the seeds the results are reported on
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.lrs or min(self.lrs) <= 0 or not self.momenta or not all(0 <= m < 1 for m in self.momenta):
+            raise ValueError("params.lrs must be positive and params.momenta in [0, 1), both non-empty")
+        if self.tuning_seed_offset < 1:
+            raise ValueError("params.tuning_seed_offset must be >= 1 (tuning seeds differ from evaluation seeds)")
 
 
 @dataclass

@@ -129,3 +129,48 @@ def test_layout_and_model_mismatch_is_rejected(tiny_setup):
         Setup("mlp", tiny_setup.data, other, 4, 16, 25, 10, 0.1, 0.9)
     with pytest.raises(ValueError, match="visibility"):
         Exchange("ako")
+
+
+def test_optimiser_override_equals_a_setup_with_that_optimiser(tiny_setup):
+    from dataclasses import replace
+
+    seeds = [0]
+    ex = Exchange("exact")
+    base = make_train(tiny_setup, ex)
+    other = make_train(replace(tiny_setup, lr=0.05, momentum=0.5), ex)(seeds)
+    np.testing.assert_array_equal(base(seeds, lr=0.05, momentum=0.5)["loss"], other["loss"])
+    assert not np.array_equal(base(seeds)["loss"], other["loss"])
+
+
+def test_optimiser_per_policy_and_sweep_validation():
+    from papers.canary.schemas import OptimiserSweepParams, TrainParams
+
+    p = TrainParams(lr=0.1, momentum=0.9, optimiser={"canary": [0.2, 0.0]})
+    assert p.optimiser_for("canary") == (0.2, 0.0) and p.optimiser_for("bml") == (0.1, 0.9)
+    for bad in ([0.0, 0.5], [0.1, 1.0], [0.1]):
+        with pytest.raises(ValueError, match="optimiser.canary"):
+            TrainParams(optimiser={"canary": bad})
+    with pytest.raises(ValueError, match="tuning_seed_offset"):
+        OptimiserSweepParams(tuning_seed_offset=0)
+    with pytest.raises(ValueError, match="lrs"):
+        OptimiserSweepParams(momenta=[0.9, 1.0])
+
+
+def test_sweep_score_prefers_fewest_iterations_then_accuracy_and_ranks_divergence_last():
+    from papers.canary.experiments import PolicyRun, sweep_score
+
+    its = np.arange(0, 31, 10)
+
+    def run(acc):
+        return PolicyRun("p", 1.0, None, np.asarray(acc, float), its, 0.1, 0.0)
+
+    fast = run([[0.1, 0.95, 0.96, 0.97], [0.1, 0.5, 0.95, 0.96]])  # hits 0.9 at 10 and 20: mean 15
+    slow_better = run([[0.1, 0.5, 0.95, 0.99], [0.1, 0.5, 0.95, 0.99]])  # mean 20
+    missed = run([[0.1, 0.5, 0.6, 0.7], [0.1, 0.95, 0.96, 0.97]])  # (40 + 10) / 2 = 25
+    diverged = run([[0.1, np.nan, np.nan, np.nan]] * 2)
+    assert sweep_score(fast, 0.9, 30, 10) == (15.0, -0.965)
+    assert sweep_score(missed, 0.9, 30, 10)[0] == 25.0
+    ranked = sorted([diverged, missed, slow_better, fast], key=lambda r: sweep_score(r, 0.9, 30, 10))
+    assert ranked == [fast, slow_better, missed, diverged]
+    tie = run([[0.1, 0.95, 0.96, 0.98], [0.1, 0.5, 0.95, 0.98]])
+    assert sweep_score(tie, 0.9, 30, 10) < sweep_score(fast, 0.9, 30, 10)  # same iterations, higher final
