@@ -11,6 +11,9 @@ confidence interval. Kinds (``better`` says which direction of the raw metric is
 ``ordering``       ours better than every baseline in a list (paired differences); no paper value.
 ``bound``          the metric of ``ours`` stays at or below (``better: lower``) or above ``paper_value``.
 
+Optional ``margin: m`` (``diff``/``ratio``/``pct_*`` without a paper value) turns a superiority claim into a
+non-inferiority one ("at least as well as"): the effect must stay above ``no effect - m``, in the effect's unit.
+
 Optional ``over: <column>`` with ``aggregate: mean|max|min`` handles "on average" and "up to" claims across a
 swept condition; ``where`` filters rows (e.g. ``{trace: fb2010}``).
 
@@ -21,6 +24,8 @@ Verdicts:
   ``paper_value * (1 - tol)``). Claims without a paper value need only the first two.
 * ``DIRECTION_ONLY``: direction holds with the CI excluding no effect, but the magnitude is outside tolerance.
 * ``NOT_REPRODUCED``: wrong direction, or an effect the CI cannot tell from none.
+* With ``margin``: REPRODUCED when the CI's lower end is above ``no effect - margin``, DIRECTION_ONLY when only
+  the mean is, NOT_REPRODUCED otherwise.
 * ``SKIPPED``: the claim says why (``skip:``), or its experiment has no result file or no matching rows.
 
 A single run (deterministic experiment) gets a zero-width interval and says so in the note.
@@ -49,7 +54,7 @@ VERDICTS = ("REPRODUCED", "DIRECTION_ONLY", "NOT_REPRODUCED", "SKIPPED")
 SOURCES = ("abstract", "table", "figure", "text", "notes")
 _FIELDS = {
     "id", "source", "text", "experiment", "metric", "ours", "baseline", "kind", "better", "paper_value",
-    "tolerance", "match", "where", "over", "aggregate", "skip", "note", "reached",
+    "tolerance", "match", "where", "over", "aggregate", "skip", "note", "reached", "margin",
 }
 
 
@@ -74,6 +79,7 @@ class Claim:
     skip: str | None = None
     note: str = ""
     reached: str | None = None  # a 0/1 metric that must be 1 in every run of ours (e.g. reached_target)
+    margin: float | None = None  # non-inferiority margin in the effect's unit
 
 
 @dataclass
@@ -191,12 +197,20 @@ def parse_claims(doc: Any, source: str = "claims.yaml") -> list[Claim]:
         w = c.get("where") or {}
         if not isinstance(w, Mapping):
             raise ClaimsSchemaError(f"{where}: where must be a mapping")
+        margin = c.get("margin")
+        if margin is not None:
+            if kind in ("ordering", "bound") or pv is not None:
+                raise ClaimsSchemaError(f"{where}: margin (non-inferiority) needs a diff/ratio/pct kind and no "
+                                        "paper_value")
+            if not isinstance(margin, (int, float)) or not margin > 0:
+                raise ClaimsSchemaError(f"{where}: margin must be a positive number, got {margin!r}")
         out.append(Claim(
             id=cid, source=str(c["source"]), text=str(c.get("text", "")), experiment=str(c["experiment"]),
             metric=str(c["metric"]), ours=_filter(c["ours"], where), baseline=baseline, kind=kind, better=better,
             paper_value=None if pv is None else float(pv), tolerance=float(tol), tolerance_abs=tol_abs,
             match=match, where=dict(w), over=c.get("over"), aggregate=agg, skip=c.get("skip"),
             reached=str(c["reached"]) if c.get("reached") else None,
+            margin=None if margin is None else float(margin),
             note=str(c.get("note", "")),
         ))
     return out
@@ -389,6 +403,14 @@ def _evaluate(claim: Claim, df: pd.DataFrame | None, paper: str) -> Verdict:
 
     m, lo, hi, n, how = effects[0][1]
     v.mean, v.lo, v.hi, v.n = m, lo, hi, n
+    if claim.margin is not None:
+        floor = null - claim.margin
+        v.verdict = "REPRODUCED" if lo > floor else ("DIRECTION_ONLY" if m > floor else "NOT_REPRODUCED")
+        what = {"REPRODUCED": "CI above", "DIRECTION_ONLY": "mean above, CI not above",
+                "NOT_REPRODUCED": "mean not above"}[v.verdict]
+        v.note = "; ".join(x for x in (f"non-inferiority: {what} {_fmt(floor)} (margin {_fmt(claim.margin)})", how,
+                                       _single(n)) if x)
+        return v
     direction = m > null
     significant = lo > null or (n == 1 and direction)
     notes = [how, _single(n)]

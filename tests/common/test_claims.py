@@ -112,6 +112,20 @@ def test_diff_kind():
     assert v.verdict == "REPRODUCED" and v.mean == pytest.approx(0.1067, abs=1e-3)
 
 
+@pytest.mark.parametrize("ours, verdict", [
+    ([0.80, 0.80, 0.80], "REPRODUCED"),  # equal: CI (zero width) above -0.01
+    ([0.795, 0.796, 0.794], "REPRODUCED"),  # 0.5 pp worse, tight CI: still within the 1 pp margin
+    ([0.81, 0.78, 0.80], "DIRECTION_ONLY"),  # mean -0.33 pp, CI reaches below -1 pp
+    ([0.785, 0.787, 0.786], "NOT_REPRODUCED"),  # 1.4 pp worse
+])
+def test_non_inferiority_margin(ours, verdict):
+    df = frame({"a": ours, "b": [0.8, 0.8, 0.8]})
+    v = evaluate(claim(kind="diff", better="higher", paper_value=None, margin=0.01), df)
+    assert v.verdict == verdict and "non-inferiority" in v.note
+    # without the margin the same claim is a superiority claim, which none of these frames supports
+    assert evaluate(claim(kind="diff", better="higher", paper_value=None), df).verdict == "NOT_REPRODUCED"
+
+
 def test_over_max_and_mean():
     parts = []
     for bw, speed in ((1.0, 1.2), (10.0, 1.5)):
@@ -175,6 +189,9 @@ def test_skipped_cases():
     ({"source": "blog"}, "source must start"),
     ({"aggregate": "max"}, "needs an 'over'"),
     ({"paper_value": "1.47x"}, "paper_value must be a number"),
+    ({"margin": 0.01}, "no paper_value"),
+    ({"margin": -1, "paper_value": None}, "positive number"),
+    ({"kind": "bound", "baseline": None, "margin": 0.1}, "needs a diff"),
 ])
 def test_schema_errors(bad, needle):
     base = dict(id="c", source="abstract", experiment="e", metric="m", ours="a", baseline="b", kind="ratio",
