@@ -27,7 +27,13 @@ from papers.greenplace.setup import world
 ENV = PlacementEnv()
 
 
-def steps_per_second(params, policy, num_envs: int, num_steps: int, repeats: int = 3) -> float:
+def steps_per_second(params, policy, num_envs: int, num_steps: int, repeats: int = 5,
+                     env_step: bool = True) -> float:
+    """Transitions per second of ``num_envs`` vmapped environments under ``policy`` (best of ``repeats``).
+
+    ``env_step=False`` times the same loop (key splitting, policy, carry) with the environment step replaced by
+    the identity: the harness's own cost, so that the environment's share can be told apart.
+    """
     def run(key):
         keys = jax.random.split(key, num_envs)
         obs, state = jax.vmap(ENV.reset, in_axes=(0, None))(keys, params)
@@ -36,7 +42,12 @@ def steps_per_second(params, policy, num_envs: int, num_steps: int, repeats: int
             obs, state = carry
             ks = jax.random.split(k, num_envs)
             a = jax.vmap(policy, in_axes=(0, 0, 0, None))(ks, obs, state, params)
-            obs, state, r, d, _ = jax.vmap(ENV.step, in_axes=(0, 0, 0, None))(ks, state, a, params)
+            if env_step:
+                obs, state, r, d, _ = jax.vmap(ENV.step, in_axes=(0, 0, 0, None))(ks, state, a, params)
+            else:
+                # keep the keys live (the step would consume them): one float per key, not a PRNG call
+                r = a.sum(-1).astype(jnp.float32) + 1e-30 * jax.random.key_data(ks)[:, 0].astype(jnp.float32)
+                state = state.replace(t=state.t + r)
             # the observation is part of the output: an agent reads it, so XLA may not drop its computation
             return (obs, state), r.sum() + obs.sum()
 
@@ -66,8 +77,12 @@ def main() -> None:
     params = w.train_params(sc, 0.5)
     print(f"machine: {os.cpu_count()} CPUs visible, jax {jax.__version__}, backend {jax.default_backend()}")
     for name, pol in (("cloud_only", cloud_only), ("random", random_policy)):
-        sps = steps_per_second(params, lambda k, o, s, p, pol=pol: pol(k, o, s, p), args.envs, args.steps)
-        print(f"env steps/s ({args.envs} envs vmapped, {name} actions): {sps:,.0f}")
+        fn = lambda k, o, s, p, pol=pol: pol(k, o, s, p)  # noqa: E731
+        sps = steps_per_second(params, fn, args.envs, args.steps)
+        loop = steps_per_second(params, fn, args.envs, args.steps, env_step=False)
+        env_only = 1.0 / (1.0 / sps - 1.0 / loop)
+        print(f"env steps/s ({args.envs} envs vmapped, {name} actions): {sps:,.0f} with the loop; loop alone "
+              f"{loop:,.0f}/s, so the environment's own cost is {env_only:,.0f} steps/s")
     pol = ctx.policies["bdq"]
     seeds = ctx.num_seeds
     train = dqn_agents.make_train(ENV, params, pol, args.train_iters, ctx.params.train_envs)
