@@ -36,14 +36,17 @@ def piece_lengths(n: int, piece_size: int) -> np.ndarray:
     return out
 
 
-def to_pieces(x: jnp.ndarray, piece_size: int) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """``(padded [P, L], valid bool [P, L])`` of a 1-D array (padding value 0, masked out by ``valid``)."""
+def to_pieces(x: jnp.ndarray, piece_size: int, pad: str = "zero") -> tuple[jnp.ndarray, jnp.ndarray]:
+    """``(padded [P, L], valid bool [P, L])`` of a 1-D array; the padding (masked out by ``valid``) is 0, or with
+    ``pad="edge"`` the last element repeated (so unmasked per-row min/max are those of the valid elements)."""
+    if pad not in ("zero", "edge"):
+        raise ValueError(f"pad must be 'zero' or 'edge', got {pad!r}")
     if x.ndim != 1:
         raise ValueError(f"expected a flat (1-D) tensor, got shape {x.shape}; flatten it first")
     n = x.shape[0]
     p = num_pieces(n, piece_size)
-    pad = p * piece_size - n
-    xp = jnp.pad(x, (0, pad)).reshape(p, piece_size)
+    extra = p * piece_size - n
+    xp = jnp.pad(x, (0, extra), mode="edge" if pad == "edge" and extra else "constant").reshape(p, piece_size)
     valid = (jnp.arange(p * piece_size) < n).reshape(p, piece_size)
     return xp, valid
 

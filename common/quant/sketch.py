@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from common.quant.pieces import check_piece_size, from_pieces, num_pieces, piece_lengths
+from common.quant.pieces import check_piece_size, from_pieces, num_pieces, piece_lengths, to_pieces
 
 LEVELS = 255
 PIECE_META_BYTES = 8  # float32 lo + float32 scale
@@ -72,22 +72,14 @@ def _piece_stats(xp: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Array,
     return lo, hi, finite
 
 
-def _edge_pieces(x: jax.Array, piece_size: int) -> tuple[jax.Array, jax.Array | None]:
-    """``[P, L]`` pieces of a flat tensor padded with its *last element* (so each row's min and max are the
-    piece's own, with no mask in the reductions), and the padding mask (``None`` when nothing is padded)."""
-    if x.ndim != 1:
-        raise ValueError(f"expected a flat (1-D) tensor, got shape {x.shape}; flatten it first")
-    n = x.shape[0]
-    p = num_pieces(n, piece_size)
-    pad = p * piece_size - n
-    if pad == 0:
-        return x.reshape(p, piece_size), None
-    valid = (jnp.arange(p * piece_size) < n).reshape(p, piece_size)
-    return jnp.pad(x, (0, pad), mode="edge").reshape(p, piece_size), valid
+def _cut(x: jax.Array, piece_size: int) -> tuple[jax.Array, jax.Array | None]:
+    xp, valid = to_pieces(x, piece_size, pad="edge")
+    return xp, (None if x.shape[0] % piece_size == 0 else valid)
 
 
 def _encode(xp: jax.Array, valid: jax.Array | None, key: jax.Array | None) -> Sketch:
-    """Sketch of ``[P, L]`` rows from :func:`_edge_pieces` (padding repeats a valid value; its codes are 0).
+    """Sketch of ``[P, L]`` rows cut with ``to_pieces(..., pad="edge")`` (padding repeats a valid value, so the
+    row min/max need no mask); ``valid`` (``None``: nothing padded) zeroes the padding codes.
 
     Unmasked min/max reductions are what keep this near memory speed on CPU; a piece holding NaN or Inf is
     recognised by a non-finite min or max (XLA's min/max propagate NaN).
@@ -112,7 +104,7 @@ def _encode(xp: jax.Array, valid: jax.Array | None, key: jax.Array | None) -> Sk
 @functools.partial(jax.jit, static_argnames=("piece_size",))
 def quantize(x: jax.Array, piece_size: int, key: jax.Array | None = None) -> Sketch:
     """Sketch of a flat float tensor; deterministic rounding, or stochastic when a PRNG ``key`` is given."""
-    return _encode(*_edge_pieces(x, piece_size), key)
+    return _encode(*_cut(x, piece_size), key)
 
 
 def _decode(sk: Sketch) -> jax.Array:
@@ -128,7 +120,7 @@ def dequantize(sk: Sketch, n: int) -> jax.Array:
 @functools.partial(jax.jit, static_argnames=("piece_size",))
 def roundtrip(x: jax.Array, piece_size: int, key: jax.Array | None = None) -> jax.Array:
     """``dequantize(quantize(x))`` in one kernel (what a receiver sees of ``x``)."""
-    return from_pieces(_decode(_encode(*_edge_pieces(x, piece_size), key)), x.shape[0])
+    return from_pieces(_decode(_encode(*_cut(x, piece_size), key)), x.shape[0])
 
 
 @jax.jit

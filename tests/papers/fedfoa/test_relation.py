@@ -25,7 +25,7 @@ def test_relation_matrix_is_the_correlation_matrix():
     np.testing.assert_allclose(r, np.corrcoef(np.asarray(z), rowvar=False), atol=1e-4)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(8, 64), d=st.integers(2, 8))
 def test_relation_matrix_is_a_correlation(seed, n, d):
     r, ok = rel.relation_matrix(_z(seed, n, d))

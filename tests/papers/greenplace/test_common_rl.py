@@ -74,7 +74,7 @@ def test_sample_uniform_is_uniform_over_joint_valid_actions():
 
 
 @given(st.lists(st.integers(1, 5), min_size=1, max_size=4), st.integers(0, 10_000))
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=12, deadline=None)
 def test_flatten_roundtrip(nvec, seed):
     n = int(np.prod(nvec))
     idx = jnp.arange(n)
