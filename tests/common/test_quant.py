@@ -22,6 +22,11 @@ def test_pieces_when_size_does_not_divide():
     assert piece_lengths(10, 4).tolist() == [4, 4, 2]
     np.testing.assert_array_equal(from_pieces(xp, 10), x)
     assert num_pieces(0, 4) == 0 and piece_lengths(0, 4).size == 0
+    assert np.asarray(xp)[2].tolist() == [8.0, 9.0, 0.0, 0.0]
+    edge, valid_e = to_pieces(x, 4, pad="edge")  # the last element repeated: row min/max need no mask
+    assert np.asarray(edge)[2].tolist() == [8.0, 9.0, 9.0, 9.0] and bool((valid_e == valid).all())
+    with pytest.raises(ValueError, match="pad must be"):
+        to_pieces(x, 4, pad="reflect")
 
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True])
