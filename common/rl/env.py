@@ -63,6 +63,12 @@ class BranchMask:
 class Environment(Generic[TState, TParams]):
     """Base class: pure ``reset``/``step`` with auto-reset; see the module docstring for the contract."""
 
+    #: ``step`` passes its key unsplit to both ``step_env`` and the auto-reset's ``reset_env``. Sound when the
+    #: step's random draws feed only the next state (which the reset state replaces when the episode ends), so
+    #: the reset may reuse them; an environment that draws the same values in both (e.g. one uniform vector from
+    #: the key) then pays one draw per step instead of a key split and two draws (XLA merges the identical draw).
+    reset_reuses_step_key: bool = False
+
     def default_params(self) -> TParams:
         raise TypeError(f"{type(self).__name__} has no default parameters; pass params explicitly")
 
@@ -73,7 +79,7 @@ class Environment(Generic[TState, TParams]):
     def step(self, key: jax.Array, state: TState, action: jax.Array, params: TParams | None = None):
         """One transition; when it ends the episode the returned obs/state are those of a fresh reset."""
         params = self.default_params() if params is None else params
-        k_step, k_reset = jax.random.split(key)
+        k_step, k_reset = (key, key) if self.reset_reuses_step_key else jax.random.split(key)
         obs_st, state_st, reward, done, info = self.step_env(k_step, state, action, params)
         obs_re, state_re = self.reset_env(k_reset, params)
         state = jax.tree.map(lambda a, b: jnp.where(done, a, b), state_re, state_st)

@@ -204,7 +204,19 @@ def symlog(x: jax.Array) -> jax.Array:
 
 
 class PlacementEnv(Environment[EnvState, EnvParams]):
-    """Actions: int32[3] = (partition candidate, front node, back node); see the module docstring."""
+    """Actions: int32[3] = (partition candidate, front node, back node); see the module docstring.
+
+    Randomness: ``reset_env`` and ``step_env`` draw the same four uniforms from their key (:meth:`_draw`) -- the
+    next job, its gap and the episode's start hour -- so the auto-reset reuses the step's key and one draw serves
+    both (``reset_reuses_step_key``): when an episode ends the step's next job is discarded and the reset state
+    uses the draw instead.
+    """
+
+    reset_reuses_step_key = True
+
+    @staticmethod
+    def _draw(key: jax.Array) -> jax.Array:
+        return jax.random.uniform(key, (4,))
 
     def action_space(self, params: EnvParams) -> MultiDiscrete:
         n = params.dev.shape[0]
@@ -228,7 +240,7 @@ class PlacementEnv(Environment[EnvState, EnvParams]):
                              site=inverse_cdf(params.site_probs, u[2]))
 
     def reset_env(self, key, params: EnvParams):
-        u = jax.random.uniform(key, (4,))
+        u = self._draw(key)
         n, lm = params.lane_ok.shape
         m = params.model_probs.shape[0]
         n_start = params.start_hours.shape[0]
@@ -272,7 +284,7 @@ class PlacementEnv(Environment[EnvState, EnvParams]):
         }
         state = state.replace(free_at=jnp.where(ok, out.free_at, state.free_at),
                               last_used=jnp.where(ok, out.last_used, state.last_used), step=state.step + 1)
-        u = jax.random.uniform(key, (4,))
+        u = self._draw(key)
         rate = params.rate[trace_hour(state, params, state.t)]
         gap = -jnp.log1p(-u[3]) / rate  # exponential inter-arrival time
         state = self._sample_job(u, state, params, state.t + gap)

@@ -119,6 +119,31 @@ def test_auto_reset_and_rollout():
         Environment().action_space(None)
 
 
+class _KeyEcho(Environment):
+    """State = the key data the last reset/step saw; the episode ends every step."""
+
+    def reset_env(self, key, params):
+        return jnp.zeros(1), jax.random.key_data(key)
+
+    def step_env(self, key, state, action, params):
+        return jnp.ones(1), jax.random.key_data(key), 0.0, jnp.bool_(True), {"k": jax.random.key_data(key)}
+
+
+class _KeyEchoShared(_KeyEcho):
+    reset_reuses_step_key = True
+
+
+def test_auto_reset_key_split_unless_the_env_reuses_it():
+    key = jax.random.key(3)
+    raw = jax.random.key_data(key)
+    _, st, _, _, info = _KeyEcho().step(key, None, 0, 0)
+    k_step, k_reset = jax.random.split(key)
+    assert np.array_equal(info["k"], jax.random.key_data(k_step))
+    assert np.array_equal(st, jax.random.key_data(k_reset)) and not np.array_equal(st, raw)
+    _, st, _, _, info = _KeyEchoShared().step(key, None, 0, 0)
+    assert np.array_equal(info["k"], raw) and np.array_equal(st, raw)
+
+
 def test_replay_wraps_and_samples_only_filled():
     buf = replay_init({"x": jnp.zeros(2), "a": jnp.zeros((), jnp.int32)}, capacity=5)
     assert not bool(replay_can_sample(buf, 1))

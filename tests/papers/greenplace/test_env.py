@@ -196,7 +196,7 @@ def test_single_observation_step_equals_the_base_auto_reset_step():
     _, s = ENV.reset(jax.random.key(6), p)
 
     def two_observations(k, s_, a):  # the auto-reset step with both observations, as gymnax writes it
-        k_step, k_reset = jax.random.split(k)
+        k_step = k_reset = k  # reset_reuses_step_key
         obs_st, state_st, r, d, info = ENV.step_env(k_step, s_, a, p)
         obs_re, state_re = ENV.reset_env(k_reset, p)
         state = jax.tree.map(lambda x, y: jnp.where(d, x, y), state_re, state_st)
@@ -211,6 +211,38 @@ def test_single_observation_step_equals_the_base_auto_reset_step():
         for x, y in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
             assert np.array_equal(np.asarray(x), np.asarray(y))
         s = got[1]
+
+
+def test_auto_reset_reuses_the_step_draw():
+    """The step's key is passed unsplit to the reset: the reset state after an episode's last step is exactly
+    ``reset_env(key)`` (the step's own next job is discarded), and one uniform draw serves both."""
+    p = tiny_params()
+    assert ENV.reset_reuses_step_key
+    _, s = ENV.reset(jax.random.key(6), p)
+    a = _act(0, 0, 1)
+    for i in range(8):
+        k = jax.random.key(200 + i)
+        obs, s2, _, d, _ = ENV.step(k, s, a, p)
+        if bool(d):
+            obs_re, s_re = ENV.reset_env(k, p)
+            np.testing.assert_array_equal(np.asarray(obs), np.asarray(obs_re))
+            for x, y in zip(jax.tree.leaves(s2), jax.tree.leaves(s_re), strict=True):
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        else:  # mid-episode the next job is the step's draw: the same model/batch/site a reset would start with
+            _, s_re = ENV.reset_env(k, p)
+            assert (int(s2.model), float(s2.batch), int(s2.site)) == (int(s_re.model), float(s_re.batch),
+                                                                      int(s_re.site))
+        s = s2
+    assert i == 7 and bool(d)
+
+    class SplitKeys(PlacementEnv):
+        reset_reuses_step_key = False
+
+    def xors(env):  # threefry is rounds of xor/rotate: the count tells how many hashes the compiled step runs
+        return jax.jit(lambda k, s_: env.step(k, s_, a, p)).lower(jax.random.key(0), s).compile().as_text().count(
+            "xor")
+
+    assert 2 * xors(ENV) < xors(SplitKeys())  # one draw instead of a split and two draws
 
 
 def test_every_baseline_returns_valid_actions():
