@@ -276,7 +276,7 @@ def test_fedavg_weighted_mean():
 
 
 @given(bits=st.integers(1, 12), data=st.data())
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)
 def test_pack_roundtrip_and_size(bits, data):
     n = data.draw(st.integers(1, 70))
     vals = np.array(data.draw(st.lists(st.integers(0, 2**bits - 1), min_size=n, max_size=n)), np.int32)

@@ -191,6 +191,7 @@ def test_bdq_network_shapes_and_torso_gradient_scale():
         assert np.allclose(x.mean(-1), q[0].mean(-1), atol=1e-5)
     graphdef, state = nnx.split(net)
 
+    @jax.jit
     def torso_grad(scale):
         def f(s):
             n = nnx.merge(graphdef, s)

@@ -11,10 +11,14 @@ from hypothesis import strategies as st
 
 from common.rl.env import any_valid, is_valid, joint_mask
 from papers.greenplace import baselines as B
-from papers.greenplace.env import PlacementEnv, place
+from papers.greenplace.env import PlacementEnv
+from papers.greenplace.env import place as place_eager
 from tests.papers.greenplace.tiny import T, tiny_params
 
 ENV = PlacementEnv()
+# jitted once per shape (the tiny problem's): eager op-by-op dispatch made these tests slow
+place = jax.jit(place_eager)
+step_env = jax.jit(ENV.step_env)
 
 
 def _state(params, **over):
@@ -72,7 +76,7 @@ def test_negative_prices_are_paid_out():
     p = tiny_params(price=jnp.full((T, 2), -0.05, jnp.float32))
     o = place(_state(p), p, _act(2, 0, 0))
     assert float(o.cost) < 0
-    _, _, r, _, info = ENV.step_env(jax.random.key(0), _state(p), _act(2, 0, 0), p)
+    _, _, r, _, info = step_env(jax.random.key(0), _state(p), _act(2, 0, 0), p)
     assert float(info["cost"]) < 0 and np.isfinite(float(r))
 
 
@@ -85,14 +89,14 @@ def test_network_energy_is_charged_at_the_source():
 def test_queue_single_lane_serialises_jobs():
     p = tiny_params(rate=jnp.full(T, 1e6, jnp.float32))  # the next job arrives (almost) at once
     s = _state(p)
-    _, s2, _, _, i1 = ENV.step_env(jax.random.key(1), s, _act(2, 0, 0), p)
+    _, s2, _, _, i1 = step_env(jax.random.key(1), s, _act(2, 0, 0), p)
     s2 = s2.replace(site=jnp.int32(0), batch=jnp.float32(10.0))
-    _, _, _, _, i2 = ENV.step_env(jax.random.key(2), s2, _act(2, 0, 0), p)
+    _, _, _, _, i2 = step_env(jax.random.key(2), s2, _act(2, 0, 0), p)
     assert float(i1["jct"]) == pytest.approx(1.0)
     assert float(i2["jct"]) == pytest.approx(2.0, abs=1e-3)  # waits for the only edge lane
     # the cloud has two lanes: two cloud jobs do not wait for each other
-    _, s3, _, _, c1 = ENV.step_env(jax.random.key(1), s, _act(2, 1, 0), p)
-    _, _, _, _, c2 = ENV.step_env(jax.random.key(2), s3.replace(batch=jnp.float32(10.0)), _act(2, 1, 0), p)
+    _, s3, _, _, c1 = step_env(jax.random.key(1), s, _act(2, 1, 0), p)
+    _, _, _, _, c2 = step_env(jax.random.key(2), s3.replace(batch=jnp.float32(10.0)), _act(2, 1, 0), p)
     assert float(c2["jct"]) == pytest.approx(float(c1["jct"]), rel=1e-3)
 
 
@@ -106,7 +110,7 @@ def test_invariants_under_random_actions(actions, seed):
     for i, a in enumerate(actions):
         a = jnp.array(a, jnp.int32)
         unloaded = place(s.replace(free_at=jnp.zeros_like(s.free_at)), p, a)
-        _, s2, r, _, info = ENV.step_env(jax.random.key(seed + i), s, a, p)
+        _, s2, r, _, info = step_env(jax.random.key(seed + i), s, a, p)
         assert bool((s2.free_at >= s.free_at).all())
         if float(info["rejected"]) == 0:
             assert float(info["jct"]) >= float(unloaded.jct) - 1e-4
@@ -149,7 +153,7 @@ def test_job_larger_than_any_node_is_rejected():
     p = tiny_params(mem=jnp.asarray([1e3, 1e3], jnp.float32))
     s = _state(p)
     assert not bool(any_valid(ENV.action_mask(s, p)))
-    _, s2, r, _, info = ENV.step_env(jax.random.key(0), s, _act(0, 0, 1), p)
+    _, s2, r, _, info = step_env(jax.random.key(0), s, _act(0, 0, 1), p)
     assert float(info["rejected"]) == 1.0 and float(r) == -5.0 and float(info["jct"]) == 0.0
     assert bool((s2.free_at == s.free_at).all())
 
@@ -157,7 +161,7 @@ def test_job_larger_than_any_node_is_rejected():
 def test_invalid_action_is_rejected_not_executed():
     p = tiny_params()
     s = _state(p)
-    _, s2, r, _, info = ENV.step_env(jax.random.key(0), s, _act(0, 1, 1), p)  # empty front not at the source
+    _, s2, r, _, info = step_env(jax.random.key(0), s, _act(0, 1, 1), p)  # empty front not at the source
     assert float(info["rejected"]) == 1.0 and float(r) == -5.0
     assert bool((s2.free_at == s.free_at).all())
 
@@ -165,9 +169,9 @@ def test_invalid_action_is_rejected_not_executed():
 def test_cold_start_then_warm():
     p = tiny_params(cold_start_s=jnp.float32(2.0))
     s = _state(p)
-    _, s2, _, _, i1 = ENV.step_env(jax.random.key(0), s, _act(2, 0, 0), p)
+    _, s2, _, _, i1 = step_env(jax.random.key(0), s, _act(2, 0, 0), p)
     s2 = s2.replace(t=s2.free_at[0, 0] + 1.0, batch=jnp.float32(10.0), site=jnp.int32(0))
-    _, _, _, _, i2 = ENV.step_env(jax.random.key(1), s2, _act(2, 0, 0), p)
+    _, _, _, _, i2 = step_env(jax.random.key(1), s2, _act(2, 0, 0), p)
     assert float(i1["jct"]) == pytest.approx(1.0 + 2.0 + 2e8 / 1.25e8, rel=1e-5)
     assert float(i2["jct"]) == pytest.approx(1.0, rel=1e-5)
 
