@@ -46,6 +46,20 @@ def test_bad_config_fails_at_compose(toy_conf, override, needle):
         compose(["experiment=toy/costs", override], conf_dir=toy_conf)
 
 
+def test_policy_nodes_are_memoised_per_file_version(toy_conf):
+    cfg = compose(["experiment=toy/costs"], conf_dir=toy_conf)
+    a, b = build_context(cfg)[0].cfg, build_context(cfg)[0].cfg
+    from common.repro.config import policy_configs
+
+    first, again = policy_configs(a), policy_configs(b)
+    assert first["fast"] is again["fast"]  # composed once
+    with pytest.raises(Exception, match="read-only"):  # shared, so nobody may change it
+        first["fast"].name = "changed"
+    p = toy_conf / "policy/toy/fast.yaml"
+    p.write_text(p.read_text().replace("name: fast", "name: quick"))
+    assert list(policy_configs(compose(["experiment=toy/costs"], conf_dir=toy_conf))) == ["quick", "slow"]
+
+
 def test_typo_in_yaml_file_fails_at_compose(toy_conf):
     p = toy_conf / "policy/toy/fast.yaml"
     p.write_text(p.read_text() + "nmae: oops\n")
