@@ -167,12 +167,17 @@ def policy_configs(cfg: DictConfig) -> dict[str, DictConfig]:
     exp = experiment_node(cfg)
     out: dict[str, DictConfig] = {}
     for name in exp.policies:
-        pol = _policy_node(str(Path(cfg.paths.conf_dir).resolve()), str(exp.paper), str(name),
-                           _stamp(Path(cfg.paths.conf_dir) / "policy" / str(exp.paper) / f"{name}.yaml"))
+        pol = policy_node(str(exp.paper), str(name), cfg.paths.conf_dir)
         if pol.name in out:
             raise ConfigError(f"experiment {exp.paper}/{exp.name}: two policies named {pol.name!r}")
         out[str(pol.name)] = pol
     return out
+
+
+def policy_node(paper: str, name: str, conf_dir: Path | str | None = None) -> DictConfig:
+    """The composed, validated config of policy ``conf/policy/<paper>/<name>.yaml`` (read-only, memoised)."""
+    conf_dir = Path(conf_dir) if conf_dir else CONF_DIR
+    return _policy_node(str(conf_dir.resolve()), paper, name, _stamp(conf_dir / "policy" / paper / f"{name}.yaml"))
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -245,5 +250,5 @@ def papers_in_conf(conf_dir: Path | str | None = None) -> list[str]:
 
 __all__ = [
     "CONF_DIR", "ConfigError", "build_context", "compose", "experiment_node", "experiments_of",
-    "paper_keys", "papers_in_conf", "repo_root",
+    "paper_keys", "papers_in_conf", "policy_node", "repo_root",
 ]

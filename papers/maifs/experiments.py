@@ -82,16 +82,15 @@ def _run_policies(ctx: RunContext, names: list[str], windows, d, spec, cl, param
 def _all_variants(ctx: RunContext, family: str) -> dict[str, RLPolicy]:
     """Every RL policy of this family known to the experiment (all MAIFS variants train together, so the
     headline, load-sweep and ablation experiments share one training run)."""
-    from common.repro.config import compose
+    from omegaconf import OmegaConf
+
+    from common.repro.config import policy_node
 
     out = {}
     for name in ("maifs", "maifs_no_attention", "maifs_no_cg", "maifs_fixed_alloc", "dl2"):
         pol = ctx.policies.get(name)
         if pol is None:
-            cfg = compose([f"policy=maifs/{name}"], conf_dir=ctx.cfg.paths.conf_dir)
-            from omegaconf import OmegaConf
-
-            pol = OmegaConf.to_object(cfg.policy)
+            pol = OmegaConf.to_object(policy_node("maifs", name, ctx.cfg.paths.conf_dir))
         if pol.network == family:
             out[name] = pol
     return out
