@@ -211,6 +211,11 @@ def resolved_for_hash(cfg: DictConfig, policies: dict[str, DictConfig]) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(node), sort_keys=True)
 
 
+def run_hash(cfg: DictConfig) -> str:
+    """The config hash of the run ``cfg`` selects (what a stored result must carry to be up to date)."""
+    return config_hash(resolved_for_hash(cfg, policy_configs(cfg)))
+
+
 def build_context(cfg: DictConfig, out_dir: Path | None = None) -> tuple[registry.RunContext, str]:
     """Resolve ``cfg`` into the experiment's RunContext and the config hash of this run."""
     exp = experiment_node(cfg)
@@ -250,5 +255,5 @@ def papers_in_conf(conf_dir: Path | str | None = None) -> list[str]:
 
 __all__ = [
     "CONF_DIR", "ConfigError", "build_context", "compose", "experiment_node", "experiments_of",
-    "paper_keys", "papers_in_conf", "policy_node", "repo_root",
+    "paper_keys", "papers_in_conf", "policy_node", "repo_root", "run_hash",
 ]

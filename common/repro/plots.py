@@ -14,6 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from common.repro.results import atomic_write_bytes  # noqa: E402
+from common.repro.stats import mean_ci  # noqa: E402
 
 
 def save_figure(fig, path: Path, dpi: int = 120) -> None:
@@ -39,7 +40,6 @@ def cdf(ax, samples: Mapping[str, Sequence[float]], xlabel: str, log: bool = Tru
 
 def bars_with_ci(ax, df: pd.DataFrame, metric: str, by: str = "policy", ylabel: str | None = None) -> None:
     """Bar per ``by`` value of the seed mean of ``metric`` with a 95 % CI whisker."""
-    from common.repro.claims import mean_ci
 
     sel = df[df["metric"] == metric]
     names = list(dict.fromkeys(sel[by].tolist()))
@@ -55,7 +55,6 @@ def bars_with_ci(ax, df: pd.DataFrame, metric: str, by: str = "policy", ylabel: 
 def lines_with_ci(ax, df: pd.DataFrame, metric: str, x: str, by: str = "policy", xlabel: str | None = None,
                   ylabel: str | None = None, logx: bool = False) -> None:
     """One line per ``by`` value: mean over seeds of ``metric`` against column ``x``, shaded 95 % CI."""
-    from common.repro.claims import mean_ci
 
     sel = df[df["metric"] == metric]
     for name, g in sel.groupby(by, sort=False):

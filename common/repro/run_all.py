@@ -1,17 +1,21 @@
 """Run every registered experiment of the chosen papers in one process, then check their claims.
 
-    python -m common.repro.run_all [PAPER ...] [--profile smoke|default|full] [--list] [--force]
-                                   [--only EXP ...] [-o KEY=VALUE ...]
+    python -m common.repro.run_all [PAPER ...] [--profile smoke|default|full] [--list] [--status] [--force]
+                                   [--only EXP[,EXP ...]] [--results-dir DIR] [-o KEY=VALUE ...]
 
 Experiments are the files ``conf/experiment/<paper>/*.yaml``; each is composed with Hydra's compose API, run,
-and written atomically to ``results/<paper>/<experiment>.csv``. A result whose ``config_hash`` matches the
-composed config is kept (so an interrupted run resumes where it stopped); ``--force`` reruns anyway, and is
-needed after code changes that the config does not show.
+and written atomically to ``<results>/<paper>/<experiment>.csv`` with a manifest (config hash, code fingerprint,
+commit, sha256 of the file, wall time: :mod:`common.repro.freshness`). Only the default profile writes to
+``results/``; ``smoke`` and ``full`` write to ``runs/<profile>/`` unless ``--results-dir`` says otherwise. A fresh
+result (same config, same code, intact file, clean tree) is kept, so an interrupted run resumes where it stopped;
+``--force`` reruns anyway. ``--status`` prints one line per experiment and exits 1 unless all are fresh.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import difflib
 import os
 import shutil
 import sys
@@ -25,8 +29,9 @@ from omegaconf import DictConfig
 from common.repro import registry
 from common.repro.config import build_context, compose, experiments_of, papers_in_conf
 from common.repro.errors import ConfigError, ResultSchemaError
+from common.repro.freshness import code_fingerprint, status, write_manifest
 from common.repro.progress import fmt_seconds
-from common.repro.results import is_up_to_date, to_frame, with_provenance, write_csv
+from common.repro.results import git_sha, to_frame, with_provenance, write_csv
 
 
 def enable_compile_cache(root: Path) -> None:
@@ -42,7 +47,8 @@ def run_experiment(cfg: DictConfig, out_dir: Path | None = None, force: bool = F
     """Run the experiment selected in ``cfg``; returns (status, csv path, seconds). status: ran | skipped."""
     ctx, chash = build_context(cfg, out_dir)
     path = ctx.out_dir / f"{ctx.experiment}.csv"
-    if not force and is_up_to_date(path, chash):
+    code, n_files = code_fingerprint(cfg.paths.root, cfg.paper.module)
+    if not force and status(path, config_hash=chash, code_hash=code, profile=ctx.profile).fresh:
         return "skipped", path, 0.0
     spec = registry.lookup(ctx.paper, ctx.experiment)
     t0 = time.monotonic()
@@ -60,9 +66,28 @@ def run_experiment(cfg: DictConfig, out_dir: Path | None = None, force: bool = F
     out = with_provenance(frame, paper=ctx.paper, experiment=ctx.experiment, profile=ctx.profile,
                           root=cfg.paths.root, chash=chash)
     write_csv(out, path)
+    wall = time.monotonic() - t0
+    write_manifest(path, paper=ctx.paper, experiment=ctx.experiment, profile=ctx.profile, config_hash=chash,
+                   code_hash=code, code_files=n_files, git_sha=str(out["git_sha"].iloc[0]),
+                   jax_version=str(out["jax_version"].iloc[0]), seeds=[int(x) for x in ctx.seeds()],
+                   policies=list(ctx.policies), wall_s=round(wall, 1),
+                   finished_utc=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
     if ctx.checkpoint_dir is not None:  # finished: its resumable state is no longer needed
         shutil.rmtree(ctx.checkpoint_dir, ignore_errors=True)
-    return "ran", path, time.monotonic() - t0
+    return "ran", path, wall
+
+
+def _did_you_mean(what: str, bad: Sequence[str], known: Sequence[str]) -> str:
+    parts = []
+    for b in bad:
+        close = difflib.get_close_matches(b, known, n=1)
+        parts.append(f"unknown {what} {b!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return "; ".join(parts) + f". Known: {', '.join(known)}"
+
+
+def default_results_dir(root: Path, results_dir: Path, profile: str) -> Path:
+    """Where a profile writes by default: ``results/`` for ``default``, ``runs/<profile>/`` otherwise."""
+    return Path(results_dir) if profile == "default" else Path(root) / "runs" / profile
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,11 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("papers", nargs="*", help="paper keys (default: every paper in conf/paper)")
     ap.add_argument("--profile", default="default", choices=("smoke", "default", "full"))
     ap.add_argument("--list", action="store_true", help="list the registered experiments and exit")
+    ap.add_argument("--status", action="store_true",
+                    help="print fresh / stale / missing / incomplete per experiment; exit 1 unless all are fresh")
     ap.add_argument("--sweep-arg", action="store_true",
                     help="print 'experiment=<p>/<e>,...' for a Hydra multirun (e.g. a SLURM array) and exit")
-    ap.add_argument("--force", action="store_true", help="rerun experiments whose results are up to date")
-    ap.add_argument("--only", nargs="*", default=None, help="experiment names to run (default: all)")
-    ap.add_argument("--results-dir", type=Path, default=None)
+    ap.add_argument("--force", action="store_true", help="rerun experiments whose results are fresh")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated experiment names to run (default: all), e.g. --only headline,ablation")
+    ap.add_argument("--results-dir", type=Path, default=None,
+                    help="where results go (default: results/ for the default profile, runs/<profile>/ otherwise)")
     ap.add_argument("--conf-dir", type=Path, default=None)
     ap.add_argument("--no-claims", action="store_true", help="do not run the claims checker afterwards")
     ap.add_argument("-o", "--override", action="append", default=[], help="extra Hydra override, repeatable")
@@ -85,10 +114,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     papers = args.papers or known
     bad = [p for p in papers if p not in known]
     if bad:
-        print(f"unknown paper(s) {bad}; known: {known}", file=sys.stderr)
+        print(f"error: {_did_you_mean('paper', bad, known)}", file=sys.stderr)
         return 2
-    plan = [(p, e) for p in papers for e in experiments_of(p, base.paths.conf_dir)
-            if args.only is None or e in args.only]
+    every = [(p, e) for p in papers for e in experiments_of(p, base.paths.conf_dir)]
+    only = None if args.only is None else [x.strip() for x in args.only.split(",") if x.strip()]
+    if only is not None:
+        names = sorted({e for _, e in every})
+        unknown = [x for x in only if x not in names]
+        if unknown or not only:
+            print(f"error: {_did_you_mean('experiment', unknown, names) if unknown else '--only names nothing'}",
+                  file=sys.stderr)
+            return 2
+    plan = [(p, e) for p, e in every if only is None or e in only]
 
     if args.sweep_arg:
         print("experiment=" + ",".join(f"{p}/{e}" for p, e in plan))
@@ -103,8 +140,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     root = Path(base.paths.root)
+    results_dir = Path(args.results_dir) if args.results_dir else default_results_dir(
+        root, Path(base.paths.results_dir), args.profile)
+
+    if args.status:
+        from common.repro.status import experiment_status
+
+        not_fresh = 0
+        for p, e in plan:
+            f = experiment_status(p, e, results_dir, args.profile, args.override, args.conf_dir)
+            not_fresh += not f.fresh
+            print(f"{p + '/' + e:<40} {f.line()}", flush=True)
+        print(f"== {len(plan) - not_fresh}/{len(plan)} fresh (profile {args.profile}, {results_dir})")
+        return 1 if not_fresh else 0
+
     enable_compile_cache(root)
-    results_dir = Path(args.results_dir or base.paths.results_dir)
+    if results_dir.resolve() == Path(base.paths.results_dir).resolve() and git_sha(str(root)).endswith("-dirty"):
+        print("warning: the tree has uncommitted changes under common/, papers/ or conf/: results written now are "
+              "marked -dirty and show as stale until rerun on a clean commit", file=sys.stderr, flush=True)
     failures: list[str] = []
     t_all = time.monotonic()
     print(f"== {len(plan)} experiments, profile={args.profile}, results in {results_dir}", flush=True)
@@ -114,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             cfg = compose([f"experiment={paper}/{name}", f"profile={args.profile}", *args.override],
                           conf_dir=args.conf_dir)
-            status, path, secs = run_experiment(cfg, results_dir / paper, force=args.force)
+            status_, path, secs = run_experiment(cfg, results_dir / paper, force=args.force)
         except (ConfigError, ResultSchemaError) as e:
             failures.append(f"{paper}/{name}: {e}")
             print(f"{label}: FAILED: {e}", flush=True)
@@ -124,8 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{label}: CRASHED", flush=True)
             traceback.print_exc()
             continue
-        if status == "skipped":
-            print(f"{label}: up to date, skipped ({path.name}; --force reruns)", flush=True)
+        if status_ == "skipped":
+            print(f"{label}: fresh, skipped ({path.name}; --force reruns)", flush=True)
         else:
             print(f"{label}: wrote {path} in {fmt_seconds(secs)}", flush=True)
 
@@ -134,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print("== claims", flush=True)
         try:
-            check(papers, results_dir, args.conf_dir)
+            check(papers, results_dir, args.conf_dir, profile=args.profile)
         except Exception:
             failures.append("claims checker crashed")
             traceback.print_exc()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from common.repro.claims import mean_ci
 from common.repro.plots import figure, lines_with_ci
+from common.repro.stats import mean_ci
 
 
 def accuracy_figures(ctx, rows) -> None:
