@@ -156,10 +156,17 @@ class Freshness:
     state: str  # fresh | stale | missing | incomplete
     why: str = ""
     manifest: dict[str, Any] | None = None
+    dirty_only: bool = False  # stale only because it was made from a tree with uncommitted changes
 
     @property
     def fresh(self) -> bool:
         return self.state == "fresh"
+
+    @property
+    def reusable(self) -> bool:
+        """The stored numbers are what the current code and config produce (fresh, or stale only by its dirty
+        label): a run may skip it; ``--status`` still reports the label, and ``--force`` rewrites it."""
+        return self.fresh or self.dirty_only
 
     def line(self) -> str:
         return self.state + (f": {self.why}" if self.why else "")
@@ -203,6 +210,6 @@ def status(csv_path: Path, *, config_hash: str, code_hash: str, profile: str) ->
     if prof != [profile]:
         return Freshness("stale", f"made with profile {prof}, not {profile!r}", man)
     if shas[0].endswith("-dirty"):
-        return Freshness("stale", f"made from a tree with uncommitted changes ({shas[0]}); rerun on a clean commit",
-                         man)
+        return Freshness("stale", f"made from a tree with uncommitted changes ({shas[0]}); rerun with --force on "
+                                  "a clean commit", man, dirty_only=True)
     return Freshness("fresh", "", man)

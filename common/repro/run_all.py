@@ -48,7 +48,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path | None = None, force: bool = F
     ctx, chash = build_context(cfg, out_dir)
     path = ctx.out_dir / f"{ctx.experiment}.csv"
     code, n_files = code_fingerprint(cfg.paths.root, cfg.paper.module)
-    if not force and status(path, config_hash=chash, code_hash=code, profile=ctx.profile).fresh:
+    if not force and status(path, config_hash=chash, code_hash=code, profile=ctx.profile).reusable:
         return "skipped", path, 0.0
     spec = registry.lookup(ctx.paper, ctx.experiment)
     t0 = time.monotonic()
@@ -85,9 +85,10 @@ def _did_you_mean(what: str, bad: Sequence[str], known: Sequence[str]) -> str:
     return "; ".join(parts) + f". Known: {', '.join(known)}"
 
 
-def default_results_dir(root: Path, results_dir: Path, profile: str) -> Path:
-    """Where a profile writes by default: ``results/`` for ``default``, ``runs/<profile>/`` otherwise."""
-    return Path(results_dir) if profile == "default" else Path(root) / "runs" / profile
+def default_results_dir(paths, profile: str) -> Path:
+    """Where a profile writes by default: ``paths.results_dir`` for ``default``, ``paths.runs_dir/<profile>``
+    otherwise (so a smoke or full run never overwrites the committed default results)."""
+    return Path(paths.results_dir) if profile == "default" else Path(paths.runs_dir) / profile
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -109,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("-o", "--override", action="append", default=[], help="extra Hydra override, repeatable")
     args = ap.parse_args(argv)
 
-    base = compose([], conf_dir=args.conf_dir)
+    base = compose([o for o in args.override if o.startswith("paths.")], conf_dir=args.conf_dir)
     known = papers_in_conf(base.paths.conf_dir)
     papers = args.papers or known
     bad = [p for p in papers if p not in known]
@@ -140,8 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     root = Path(base.paths.root)
-    results_dir = Path(args.results_dir) if args.results_dir else default_results_dir(
-        root, Path(base.paths.results_dir), args.profile)
+    results_dir = Path(args.results_dir) if args.results_dir else default_results_dir(base.paths, args.profile)
 
     if args.status:
         from common.repro.status import experiment_status

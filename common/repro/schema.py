@@ -44,6 +44,8 @@ class PathsConfig:
     data_dir: str = "${paths.root}/data"
     results_dir: str = "${paths.root}/results"
     conf_dir: str = "${paths.root}/conf"
+    # where the smoke and full profiles write (runs/<profile>/<paper>/...): only the default profile writes results/
+    runs_dir: str = "${paths.root}/runs"
     # resumable training state (see RunContext.checkpointer); "" turns checkpointing off
     checkpoint_dir: str = "${paths.root}/runs/checkpoints"
 

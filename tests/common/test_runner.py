@@ -106,7 +106,7 @@ def test_run_all_writes_long_format_and_resumes(toy_conf, tmp_path, capsys):
     assert (res / "toy/claims.md").exists() and (res / "SUMMARY.md").exists()
     mtime = (res / "toy/costs.csv").stat().st_mtime_ns
     assert run_all(["toy", *argv]) == 0
-    assert "up to date, skipped" in capsys.readouterr().out
+    assert "fresh, skipped" in capsys.readouterr().out
     assert (res / "toy/costs.csv").stat().st_mtime_ns == mtime
     assert run_all(["toy", *argv, "-o", "experiment.params.scale=2.0"]) == 0  # new hash -> rerun
     assert pd.read_csv(res / "toy/costs.csv")["value"].mean() > df["value"].mean() * 1.5
@@ -145,6 +145,6 @@ def test_kill_midway_then_rerun_loses_nothing(toy_conf, tmp_path):
     out = subprocess.run(cmd, cwd=ROOT, env={**env, "TOY_STARTED_MARKER": "", "TOY_SKIP_SLEEP": "1"},
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "toy/costs: up to date, skipped" in out.stdout
+    assert "toy/costs: fresh, skipped" in out.stdout
     assert len(pd.read_csv(res / "toy/slow.csv")) == 6
     pd.testing.assert_frame_equal(pd.read_csv(res / "toy/costs.csv"), costs)
