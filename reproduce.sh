@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Reproduce every paper's experiments and check their claims.
-#   ./reproduce.sh [PAPER ...] [--profile smoke|default|full] [--list] [--force] [--only EXP ...]
+#   ./reproduce.sh [PAPER ...] [--profile smoke|default|full] [--list] [--status] [--force] [--only EXP[,EXP]]
 # On a fresh machine it creates .venv, installs the project, then runs everything in one process.
-# Results land in results/<paper>/ (CSV, PNG, claims.md) and results/SUMMARY.md.
+# Default-profile results land in results/<paper>/ (CSV + manifest, PNG, claims.md) and results/SUMMARY.md;
+# smoke and full write to runs/<profile>/. --status says which stored results are fresh (exit 1 if any is not).
 set -euo pipefail
 cd "$(dirname "$0")"
 
