@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import functools
 import importlib
-import pkgutil
 from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-import papers
 from common.repro import registry
 from common.repro.errors import ConfigError
 from common.repro.results import config_hash
@@ -31,19 +30,30 @@ CONF_DIR = REPO_ROOT / "conf"
 PROFILES = ("smoke", "default", "full")
 
 
-def paper_keys() -> list[str]:
-    """Paper packages present under ``papers/``."""
-    return sorted(m.name for m in pkgutil.iter_modules(papers.__path__) if m.ispkg)
+def paper_modules(conf_dir: Path | str | None = None) -> dict[str, str]:
+    """``{paper key: python package}`` from ``conf/paper/*.yaml`` (the one place a paper is registered; ``common``
+    never imports ``papers`` by name)."""
+    out = {}
+    for p in sorted((Path(conf_dir or CONF_DIR) / "paper").glob("*.yaml")):
+        doc = yaml.safe_load(p.read_text()) or {}
+        if isinstance(doc, dict) and doc.get("module"):
+            out[p.stem] = str(doc["module"])
+    return out
 
 
-def register_paper_schemas() -> None:
-    """Import ``papers.<key>.schemas`` for every paper so their dataclasses are in the ConfigStore."""
-    for key in paper_keys():
-        try:
-            importlib.import_module(f"papers.{key}.schemas")
-        except ModuleNotFoundError as e:
-            if e.name != f"papers.{key}.schemas":
-                raise
+def register_paper_schemas(conf_dir: Path | str | None = None) -> None:
+    """Import ``<module>.schemas`` for every paper of the conf tree so their dataclasses are in the ConfigStore."""
+    for module in paper_modules(conf_dir).values():
+        _import_schemas(module)
+
+
+@functools.cache
+def _import_schemas(module: str) -> None:
+    try:
+        importlib.import_module(f"{module}.schemas")
+    except ModuleNotFoundError as e:
+        if e.name not in (f"{module}.schemas", module):
+            raise
 
 
 @contextmanager
@@ -58,8 +68,8 @@ def _hydra(conf_dir: Path):
 
 def compose(overrides: Sequence[str] = (), conf_dir: Path | str | None = None) -> DictConfig:
     """Compose ``conf/config.yaml`` with ``overrides`` and validate every group (raises ConfigError)."""
-    register_paper_schemas()
     conf_dir = Path(conf_dir) if conf_dir else CONF_DIR
+    register_paper_schemas(conf_dir)
     try:
         with _hydra(conf_dir):
             cfg = hydra_compose("config", overrides=list(overrides))
@@ -255,5 +265,5 @@ def papers_in_conf(conf_dir: Path | str | None = None) -> list[str]:
 
 __all__ = [
     "CONF_DIR", "ConfigError", "build_context", "compose", "experiment_node", "experiments_of",
-    "paper_keys", "papers_in_conf", "policy_node", "repo_root", "run_hash",
+    "paper_modules", "papers_in_conf", "policy_node", "repo_root", "run_hash",
 ]
