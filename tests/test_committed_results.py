@@ -1,0 +1,20 @@
+"""The committed reports are what the checker makes of the committed CSVs, under the current claims and code."""
+
+from __future__ import annotations
+
+import shutil
+
+from common.repro.claims import check
+from tests.conftest import ROOT
+
+
+def test_committed_reports_match_the_checker(tmp_path):
+    res = tmp_path / "results"
+    shutil.copytree(ROOT / "results", res)
+    verdicts = check(results_dir=res, quiet=True)
+    assert verdicts, "no paper has claims"
+    stale = []
+    for rel in ["SUMMARY.md", *(f"{p}/claims.md" for p in verdicts), *(f"{p}/claims.csv" for p in verdicts)]:
+        if (res / rel).read_bytes() != (ROOT / "results" / rel).read_bytes():
+            stale.append(rel)
+    assert not stale, f"regenerate with `python -m common.repro.claims` and commit: {stale}"
