@@ -18,7 +18,7 @@ import yaml
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from common.repro import registry
@@ -76,8 +76,43 @@ def compose(overrides: Sequence[str] = (), conf_dir: Path | str | None = None) -
     except Exception as e:  # hydra wraps everything in its own exception types
         raise ConfigError(f"cannot compose config with overrides {list(overrides)}: {_cause(e)}") from e
     cfg.paths.conf_dir = str(conf_dir.resolve())
+    pin_explicit_overrides(cfg, overrides)
     validate(cfg)
     return cfg
+
+
+def pin_explicit_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
+    """Make command-line values beat profile values: the active profile is a default, not a lock.
+
+    An override such as ``experiment.params.max_coflows=20`` is already in ``cfg.experiment``; the profile's block
+    (``experiment.profiles.<profile>``) would be merged over it later (:func:`experiment_node`), so the same key is
+    removed from that block here. Call it with the overrides of the command line (compose does; so does main.py).
+    """
+    exp = cfg.get("experiment")
+    if exp is None or not exp.get("profiles"):
+        return
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception as e:  # hydra's parse errors; compose has already reported real syntax errors
+        raise ConfigError(f"cannot parse overrides {list(overrides)}: {_cause(e)}") from e
+    block = exp.profiles.get(cfg.profile.name)
+    if block is None:
+        return
+    for ov in parsed:
+        key = ov.key_or_group
+        if not key.startswith("experiment.") or key.startswith("experiment.profiles"):
+            continue
+        parts = key.split(".")[1:]
+        node = block
+        for part in parts[:-1]:
+            node = node.get(part) if isinstance(node, DictConfig) else None
+            if node is None:
+                break
+        if isinstance(node, DictConfig) and parts[-1] in node:
+            with open_dict(node):
+                del node[parts[-1]]
 
 
 def _cause(e: BaseException | None) -> str:

@@ -18,7 +18,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from common.repro.config import CONF_DIR, register_paper_schemas, validate
+from common.repro.config import CONF_DIR, pin_explicit_overrides, register_paper_schemas, validate
 from common.repro.run_all import run_experiment
 
 register_paper_schemas()
@@ -26,6 +26,7 @@ register_paper_schemas()
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> str:
+    pin_explicit_overrides(cfg, list(HydraConfig.get().overrides.task))
     validate(cfg)
     if cfg.output == "results":
         out, force = Path(cfg.paths.results_dir) / cfg.experiment.paper, False

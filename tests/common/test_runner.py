@@ -148,3 +148,13 @@ def test_kill_midway_then_rerun_loses_nothing(toy_conf, tmp_path):
     assert "toy/costs: fresh, skipped" in out.stdout
     assert len(pd.read_csv(res / "toy/slow.csv")) == 6
     pd.testing.assert_frame_equal(pd.read_csv(res / "toy/costs.csv"), costs)
+
+
+def test_command_line_beats_the_profile(toy_conf):
+    smoke = compose(["experiment=toy/costs", "profile=smoke"], conf_dir=toy_conf)
+    assert build_context(smoke)[0].num_seeds == 3  # the profile's value
+    ctx, chash = build_context(compose(["experiment=toy/costs", "profile=smoke", "experiment.num_seeds=2"],
+                                       conf_dir=toy_conf))
+    assert ctx.num_seeds == 2 and chash != build_context(smoke)[1]  # explicit value wins, and is a new config
+    with pytest.raises(ConfigError, match="num_seeds"):  # and is type-checked, not silently dropped
+        compose(["experiment=toy/costs", "profile=smoke", "experiment.num_seeds=abc"], conf_dir=toy_conf)
