@@ -81,6 +81,7 @@ def run_chunked(
     if checkpointer is not None and checkpointer.latest_step() is not None:
         (state, hist), start = checkpointer.restore((init_state, _history_like(init_state, chunk, num_chunks)))
         history = [jax.tree.map(lambda h, i=i: h[i], hist) for i in range(start)]
+        print(f"  resumed from chunk {start}/{num_chunks} ({checkpointer.directory})", flush=True)
     for i in range(start, num_chunks):
         state, metrics = chunk(state)
         history.append(metrics)

@@ -11,3 +11,7 @@ class ResultSchemaError(ValueError):
 
 class ClaimsSchemaError(ValueError):
     """A ``claims.yaml`` entry is malformed (unknown field, bad kind, missing key)."""
+
+
+class RunLockedError(RuntimeError):
+    """Another process is writing the same result file right now."""

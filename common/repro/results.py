@@ -148,6 +148,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are for everyone to read
         os.replace(tmp, path)
     except BaseException:
         try:

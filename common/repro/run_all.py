@@ -14,8 +14,10 @@ result (same config, same code, intact file, clean tree) is kept, so an interrup
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import difflib
+import fcntl
 import os
 import shutil
 import sys
@@ -28,10 +30,11 @@ from omegaconf import DictConfig
 
 from common.repro import registry
 from common.repro.config import build_context, compose, experiments_of, papers_in_conf
-from common.repro.errors import ConfigError, ResultSchemaError
+from common.repro.errors import ClaimsSchemaError, ConfigError, ResultSchemaError, RunLockedError
 from common.repro.freshness import code_fingerprint, status, write_manifest
 from common.repro.progress import fmt_seconds
 from common.repro.results import git_sha, to_frame, with_provenance, write_csv
+from common.traces.errors import TraceFormatError
 
 
 def enable_compile_cache(root: Path) -> None:
@@ -42,11 +45,41 @@ def enable_compile_cache(root: Path) -> None:
         jax.config.update("jax_compilation_cache_dir", str(root / ".jax_cache"))
 
 
+# Errors whose message says all a user needs (which file, key or value): one line, no traceback unless --debug.
+KNOWN_ERRORS = (ConfigError, ResultSchemaError, ClaimsSchemaError, TraceFormatError, RunLockedError,
+                FileNotFoundError)
+
+
+@contextlib.contextmanager
+def result_lock(path: Path):
+    """Hold ``<path>.lock`` while a run writes ``path``; a second concurrent writer fails with RunLockedError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.with_name(path.name + ".lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise RunLockedError(f"{path} is being written by another run right now (pid {other}); wait for it or "
+                                 "stop it") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock; the lock file stays (removing it would race a waiting writer)
+
+
 def run_experiment(cfg: DictConfig, out_dir: Path | None = None, force: bool = False,
                    log=print) -> tuple[str, Path, float]:
     """Run the experiment selected in ``cfg``; returns (status, csv path, seconds). status: ran | skipped."""
     ctx, chash = build_context(cfg, out_dir)
     path = ctx.out_dir / f"{ctx.experiment}.csv"
+    with result_lock(path):
+        return _run_locked(cfg, ctx, chash, path, force, log)
+
+
+def _run_locked(cfg, ctx, chash, path, force, log):
     code, n_files = code_fingerprint(cfg.paths.root, cfg.paper.module)
     if not force and status(path, config_hash=chash, code_hash=code, profile=ctx.profile).reusable:
         return "skipped", path, 0.0
@@ -108,7 +141,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--conf-dir", type=Path, default=None)
     ap.add_argument("--no-claims", action="store_true", help="do not run the claims checker afterwards")
     ap.add_argument("-o", "--override", action="append", default=[], help="extra Hydra override, repeatable")
+    ap.add_argument("--debug", action="store_true", help="print tracebacks of failures")
     args = ap.parse_args(argv)
+    try:
+        return _main(args)
+    except KNOWN_ERRORS as e:
+        if args.debug:
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(args) -> int:
 
     base = compose([o for o in args.override if o.startswith("paths.")], conf_dir=args.conf_dir)
     known = papers_in_conf(base.paths.conf_dir)
@@ -159,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("warning: the tree has uncommitted changes under common/, papers/ or conf/: results written now are "
               "marked -dirty and show as stale until rerun on a clean commit", file=sys.stderr, flush=True)
     failures: list[str] = []
+    crashed = False
     t_all = time.monotonic()
     print(f"== {len(plan)} experiments, profile={args.profile}, results in {results_dir}", flush=True)
     for i, (paper, name) in enumerate(plan, 1):
@@ -168,14 +213,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg = compose([f"experiment={paper}/{name}", f"profile={args.profile}", *args.override],
                           conf_dir=args.conf_dir)
             status_, path, secs = run_experiment(cfg, results_dir / paper, force=args.force)
-        except (ConfigError, ResultSchemaError) as e:
+        except KeyboardInterrupt:
+            done = i - 1
+            print(f"\n{label}: interrupted. {done}/{len(plan)} experiments finished and saved in {results_dir}; "
+                  "long trainings keep checkpoints under paths.checkpoint_dir. Run the same command again to "
+                  "resume (fresh results are skipped).", file=sys.stderr, flush=True)
+            return 130
+        except KNOWN_ERRORS as e:
             failures.append(f"{paper}/{name}: {e}")
             print(f"{label}: FAILED: {e}", flush=True)
+            if args.debug:
+                traceback.print_exc()
             continue
-        except Exception:
-            failures.append(f"{paper}/{name}: crashed")
-            print(f"{label}: CRASHED", flush=True)
-            traceback.print_exc()
+        except Exception as e:
+            crashed = True
+            failures.append(f"{paper}/{name}: crashed ({type(e).__name__}: {e})")
+            print(f"{label}: CRASHED: {type(e).__name__}: {e}"
+                  + ("" if args.debug else " (--debug prints the traceback)"), flush=True)
+            if args.debug:
+                traceback.print_exc()
             continue
         if status_ == "skipped":
             print(f"{label}: fresh, skipped ({path.name}; --force reruns)", flush=True)
@@ -188,13 +244,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("== claims", flush=True)
         try:
             check(papers, results_dir, args.conf_dir, profile=args.profile)
-        except Exception:
-            failures.append("claims checker crashed")
-            traceback.print_exc()
+        except KNOWN_ERRORS as e:
+            failures.append(f"claims: {e}")
+        except Exception as e:
+            crashed = True
+            failures.append(f"claims checker crashed ({type(e).__name__}: {e})")
+            if args.debug:
+                traceback.print_exc()
     print(f"== done in {fmt_seconds(time.monotonic() - t_all)}; {len(failures)} failure(s)", flush=True)
     for f in failures:
         print(f"  FAILED {f}", flush=True)
-    return 1 if failures else 0
+    return (1 if crashed else 2) if failures else 0
 
 
 if __name__ == "__main__":

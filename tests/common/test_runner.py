@@ -158,3 +158,48 @@ def test_command_line_beats_the_profile(toy_conf):
     assert ctx.num_seeds == 2 and chash != build_context(smoke)[1]  # explicit value wins, and is a new config
     with pytest.raises(ConfigError, match="num_seeds"):  # and is type-checked, not silently dropped
         compose(["experiment=toy/costs", "profile=smoke", "experiment.num_seeds=abc"], conf_dir=toy_conf)
+
+
+def test_second_concurrent_writer_is_refused(tmp_path):
+    from common.repro.errors import RunLockedError
+    from common.repro.run_all import result_lock
+
+    target = tmp_path / "p/e.csv"
+    with result_lock(target):
+        with pytest.raises(RunLockedError, match=f"pid {os.getpid()}"):
+            with result_lock(target):
+                pass
+    with result_lock(target):  # released afterwards
+        pass
+
+
+def test_known_errors_are_one_line_and_exit_2(toy_conf, tmp_path, capsys):
+    bad = toy_conf / "experiment/toy/costs.yaml"
+    bad.write_text(bad.read_text().replace("scale: 1.0", "scale: oops"))
+    rc = run_all(["toy", "--conf-dir", str(toy_conf), "--results-dir", str(tmp_path), "--only", "costs",
+                  "--no-claims"])
+    out = capsys.readouterr()
+    assert rc == 2 and "FAILED" in out.out and "scale" in out.out and "Traceback" not in out.out + out.err
+
+
+def test_results_are_world_readable(toy_conf, tmp_path):
+    assert run_all(["toy", "--conf-dir", str(toy_conf), "--results-dir", str(tmp_path), "--only", "costs",
+                    "--profile", "smoke", "--no-claims"]) == 0
+    assert (tmp_path / "toy/costs.csv").stat().st_mode & 0o777 == 0o644
+
+
+def test_ctrl_c_stops_with_one_clear_line(toy_conf, tmp_path):
+    res, marker = tmp_path / "results", tmp_path / "started"
+    env = {**os.environ, "TOY_STARTED_MARKER": str(marker), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "common.repro.run_all", "toy", "--profile", "smoke", "--no-claims",
+           "--conf-dir", str(toy_conf), "--results-dir", str(res)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "1/2 experiments finished" in err and "Run the same command again" in err
