@@ -16,6 +16,11 @@ import numpy as np
 from papers.swallow.workload import FlowTable
 
 ZERO = 1e-3
+# DARK moves a coflow past a queue threshold only when its bytes sent exceed it by more than this fraction (0.01 B
+# at 10 MiB). Sizes are whole MiB and shares simple fractions of a port, so "sent == threshold" is common in exact
+# arithmetic, and rounding (which depends on the summation order: per quantum here, per event in the jitted
+# simulator) must not decide it; an exact tie stays in its queue, as in coflowsim's ``k < size`` on exact sums.
+DARK_TIE_REL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -173,7 +178,7 @@ def simulate_reference(ft: FlowTable, policy: str, clock: Clock = Clock()) -> di
                 size = completed[c]
                 target = 0
                 k = 1048576.0 * 10
-                while k < size:
+                while k * (1.0 + DARK_TIE_REL) < size:
                     target += 1
                     k *= 10.0
                 if cur_q[c] < target:

@@ -26,8 +26,9 @@ Program kinds (``Static.kind``) and policies (``POLICY_IDS``):
   flow, then a work-conserving back-fill hands out the rest flow by flow in coflowsim's deadline order
   ``(int)(start + alpha/port_rate * deadlineMult * 1000 - now)``. With compression (``Params.compress``) MADD
   runs on expected wire bytes (raw bytes / predicted speed-up of the sender) and flows dispose raw bytes faster.
-* ``dark``: Aalo's D-CLAS as coflowsim's CoflowSimulatorDark (queues by bytes sent: 10 MB, x10; FIFO in a
-  queue, strict priority across queues, per-flow fair share inside a coflow, no back-fill).
+* ``dark``: Aalo's D-CLAS as coflowsim's CoflowSimulatorDark (queues by bytes sent: 10 MB, x10, a coflow moves
+  down once it has sent more than a threshold, an exact tie stays; FIFO in a queue by order of entry, movers
+  appended in their old order; strict priority across queues, per-flow fair share inside a coflow, no back-fill).
 * ``sincronia``: BSSI order recomputed at every admission and departure, greedy rates in that order.
 * ``fair``: coflowsim's per-flow FAIR: each quantum a flow moves ``min(Q/#flows at its receiver,
   Q/#flows at its sender)`` bytes (``Q`` = one port-quantum), recomputed whenever a flow finishes.
@@ -77,6 +78,7 @@ class Static:
     dark_queues: int = 10
     dark_first_bytes: float = 10.0 * 1048576.0
     dark_mult: float = 10.0
+    dark_tie_rel: float = 1e-9  # bytes sent must exceed a queue threshold by this fraction (see reference.DARK_TIE_REL)
     segment_events: int = 64
 
     def __post_init__(self) -> None:
@@ -442,7 +444,7 @@ def _dark(st: Static, tr: Trace, s: State, cap, P: int):
     target = jnp.zeros(C, jnp.int32)
     k = st.dark_first_bytes
     for _ in range(st.dark_queues + 30):  # thresholds 10 MB x 10^i, far beyond any trace
-        target = target + (k < s.sent).astype(jnp.int32)
+        target = target + (k * (1.0 + st.dark_tie_rel) < s.sent).astype(jnp.int32)  # exact ties stay
         k = k * st.dark_mult
     queue, qcount, rank = s.queue, s.qcount, s.rank
     for i in range(st.dark_queues):

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from common.traces import parse_coflow_text
@@ -48,7 +48,18 @@ def run(ft, kind, policies=("sebf",), **kw):
 SLOW = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+def flows(coflows):
+    return build_flow_table(parse_coflow_text(trace_text(coflows)))
+
+
+# DARK: coflow 2 has sent exactly 10 MiB (the first queue threshold) when coflow 1 departs at 72 ms; the reference's
+# per-quantum sum of 1/3 MiB shares rounded to 10 MiB + 1 ulp and moved it down a queue, the jitted one did not
+THRESHOLD_TIE = [(0, [0], [(0, 1), (1, 1), (3, 1)]), (0, [2], [(2, 9)]), (1, [0, 1], [(0, 1), (1, 1), (3, 9)]),
+                 (2, [0], [(0, 1)])]
+
+
 @SLOW
+@example(flows(THRESHOLD_TIE))
 @given(coflow_sets())
 def test_matches_reference_on_random_coflow_sets(ft):
     madd = run(ft, "madd", MADD_POLICIES)
@@ -73,6 +84,22 @@ def test_invariants_capacity_bytes_termination_determinism(ft, which):
     np.testing.assert_allclose(a.sent_bytes, ft.cof_bytes, rtol=1e-12)  # all bytes delivered
     np.testing.assert_array_equal(a.cct_ms, b.cct_ms)  # identical inputs, identical results
     np.testing.assert_array_equal(a.wire_bytes, b.wire_bytes)
+
+
+@pytest.mark.parametrize("b_mib, want", [(9, [24, 72, 104, 88]), (10, [24, 80, 112, 88])])
+def test_dark_queue_threshold_exact_tie_stays(b_mib, want):
+    # A: 0->{0,1,3} 1 MiB each; B: 2->2; C: {0,1}->{0,1} 1 MiB per flow, {0,1}->3 5 MiB per flow; D: 0->0 1 MiB.
+    # One port moves 1 MiB per 8 ms quantum. A departs at 24 ms (C has 3 MiB sent), B at 8 * b_mib ms.
+    # b_mib = 9: at 72 ms C has sent exactly 10 MiB (3 + 2 + 6 x (1/3 + 1/2)): a tie is not "more than the
+    #   threshold", so C stays in queue 0 ahead of D: C's two flows into port 3 get half of it each, D the other
+    #   half of port 0 and ends at 88 ms (80 ms had C moved down); then C's 0->3 (2 MiB left) has port 0: 104 ms.
+    # b_mib = 10: at 80 ms C has sent 10 + 5/6 MiB and moves to queue 1 behind D: D takes port 0 and ends at 88 ms
+    #   (96 ms if C had stayed), C's 0->3 (8/3 MiB left) then needs 3 quanta: 112 ms.
+    ft = flows([(0, [0], [(0, 1), (1, 1), (3, 1)]), (0, [2], [(2, b_mib)]), (1, [0, 1], [(0, 1), (1, 1), (3, 9)]),
+                (2, [0], [(0, 1)])])
+    ref = simulate_reference(ft, "dark")
+    np.testing.assert_array_equal(ref["finish_ms"] - ref["start_ms"], want)
+    np.testing.assert_array_equal(run(ft, "dark")[0].cct_ms, want)
 
 
 def test_fvdf_without_compression_equals_sebf():
