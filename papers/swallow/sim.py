@@ -37,8 +37,8 @@ Compression (``compress`` 1 = always on, 2 = Swallow's choice): a sender compres
 ``S = speed_per_core x cores x free CPU fraction`` at ratio ``r`` (compressed/original). Pipelined, a sender whose
 flows use ``L`` wire bytes/s disposes raw bytes ``g = 1 + (1 - r) min(S/L, 1/r)`` times faster (compress what the
 CPU can, send the rest raw); not pipelined, ``g = max(1, 1/(L/S + r))``; always on,
-``g = min(S/L, 1/r)`` with ``S`` computed from at least ``ALWAYS_CPU_FLOOR`` of the cores (a saturated host
-time-shares its CPU with the compressor).
+``g = min(S/L, 1/r)``. Every compressor (always-on and Swallow's alike) computes ``S`` from at least
+``CPU_FLOOR`` of the cores: a saturated host time-shares its CPU with whichever compressor runs on it.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ POLICY_IDS = {"fifo": 0, "scf": 1, "ncf": 2, "lcf": 3, "sebf": 4, "fvdf": 5}
 COMPRESS = {"none": 0, "always": 1, "swallow": 2}
 IBIG = np.iinfo(np.int64).max // 4
 K_MIN = 4096
-ALWAYS_CPU_FLOOR = 0.05  # share of its cores an always-on compressor gets on a saturated host
+CPU_FLOOR = 0.05  # share of its cores any compressor gets on a saturated host (time-shared; same for every policy)
 CPU_SAMPLES = 512  # default length of the CPU series (same shape as the experiments', so programs are shared)
 
 
@@ -276,16 +276,15 @@ def _cpu_index(t, p: Params):
 
 def _speedup(st: Static, p: Params, cpu_frac, load_Bps):
     """Raw bytes disposed per wire byte, per sender, for CPU fraction ``cpu_frac`` and wire load ``load_Bps``."""
-    s_eff = p.speed_Bps * p.cores * cpu_frac
+    s_eff = p.speed_Bps * p.cores * jnp.maximum(cpu_frac, CPU_FLOOR)
     load = jnp.maximum(load_Bps, 1e-300)
     inv_r = 1.0 / p.ratio
     g_pipe = 1.0 + (1.0 - p.ratio) * jnp.minimum(s_eff / load, inv_r)
     g_seq = jnp.maximum(1.0, 1.0 / (load / jnp.maximum(s_eff, 1e-300) + p.ratio))
     g_choice = jnp.where(p.pipelined > 0, g_pipe, g_seq)
-    # always-on compression cannot fall back to raw sending: on a host whose CPU is fully busy it still gets a
-    # time-shared ALWAYS_CPU_FLOOR of its cores (without it such a host's flows never finish)
-    s_always = p.speed_Bps * p.cores * jnp.maximum(cpu_frac, ALWAYS_CPU_FLOOR)
-    g_always = jnp.minimum(s_always / load, inv_r)
+    # always-on compression cannot fall back to raw sending (without the floor a saturated host's flows would
+    # never finish); Swallow's choice may, but gets the same CPU allowance
+    g_always = jnp.minimum(s_eff / load, inv_r)
     return jnp.where(p.compress == 2, g_choice, jnp.where(p.compress == 1, g_always, 1.0))
 
 
