@@ -19,7 +19,16 @@ from common.repro import RunContext, experiment, metric_rows
 from common.repro.plots import cdf, figure, lines_with_ci
 from common.traces import load_trace
 from papers.swallow import codecs, cpuload, jobs, sim
-from papers.swallow.predictor import GruConfig, evaluate, predict, train_predictor, train_predictors
+from papers.swallow.predictor import (
+    CANDIDATES,
+    GruConfig,
+    evaluate,
+    predict,
+    select_on_validation,
+    split_errors,
+    train_predictor,
+    train_predictors,
+)
 from papers.swallow.schemas import (
     AblationParams,
     BandwidthParams,
@@ -81,7 +90,15 @@ def _predicted(data_dir: str, source: str, num_ports: int, length: int, seed: in
     if method == "none":
         return np.zeros_like(win)
     tr = train_predictor(data_dir, source, cfg)
+    if method == "validated":
+        method = _validated(data_dir, source, cfg)
     return predict(method, tr, hist, win)
+
+
+@functools.cache
+def _validated(data_dir: str, source: str, cfg: GruConfig) -> str:
+    """The forecaster picked on the validation split for this CPU trace (see predictor.select_on_validation)."""
+    return select_on_validation(train_predictor(data_dir, source, cfg), cpuload.load_cpu_trace(data_dir, source))
 
 
 def codec_numbers(data_dir: Path, hw: CoflowFabric, codec: str) -> tuple[float, float]:
@@ -324,12 +341,18 @@ def predictor_accuracy(ctx: RunContext):
         seeds = tuple(int(s) for s in ctx.seeds())
         for model in train_predictors(str(ctx.data_dir), src, cfg, seeds):
             ev = evaluate(model, trace, stride=p.eval_stride)
+            val = split_errors(model, trace, "val", stride=p.eval_stride)
+            pick = select_on_validation(model, trace, stride=p.eval_stride)
             for meth, d in ev.items():
                 for k, v in d.items():
                     per_seed.setdefault(meth, {}).setdefault(k, []).append(v)
+                per_seed[meth].setdefault("val_mae", []).append(val[meth]["mae"])
+                if meth in CANDIDATES:  # 1 for the forecaster a scheduler running "validated" would use
+                    per_seed[meth].setdefault("selected_on_val", []).append(float(meth == pick))
         for meth, d in per_seed.items():
-            rows += metric_rows(meth, {f"{k}_pct": (v, "pct-points") for k, v in d.items()},
-                                seeds=[int(s) for s in ctx.seeds()], cpu_trace=src)
+            units = {"selected_on_val": "bool"}
+            rows += metric_rows(meth, {(k if k == "selected_on_val" else f"{k}_pct"): (v, units.get(k, "pct-points"))
+                                       for k, v in d.items()}, seeds=[int(s) for s in ctx.seeds()], cpu_trace=src)
     return rows
 
 

@@ -22,6 +22,7 @@ from flax import nnx
 from papers.swallow.cpuload import CpuTrace, load_cpu_trace
 
 PREDICTORS = ("oracle", "gru", "ewma", "last")
+CANDIDATES = ("gru", "ewma", "last")  # what a scheduler can actually run (the oracle is an upper bound only)
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,26 @@ def train_predictor(data_dir: str, source: str, cfg: GruConfig = GruConfig()) ->
     return train_predictors(str(data_dir), source, cfg, (cfg.seed,))[0]
 
 
+def split_errors(tr: Trained, trace: CpuTrace, split: str, stride: int = 5) -> dict[str, dict[str, float]]:
+    """MAE and RMSE (percentage points) of every predictor on one split of the trace."""
+    X, y = windows(trace.split(split), tr.window, stride=stride)
+    preds = {"oracle": y, "last": X[:, -1], "ewma": ewma_predict(X, tr.ewma_alpha),
+             "gru": gru_predict(tr.graphdef, tr.params, X)}
+    return {k: {"mae": float(np.mean(np.abs(v - y))), "rmse": float(np.sqrt(np.mean((v - y) ** 2)))}
+            for k, v in preds.items()}
+
+
+def select_on_validation(tr: Trained, trace: CpuTrace, stride: int = 5) -> str:
+    """The forecaster a scheduler should run: the candidate (GRU, EWMA, last value) with the lowest MAE on the
+    validation split (never the test split). Ties go to the simpler model (last value, then EWMA)."""
+    return pick_by_error(split_errors(tr, trace, "val", stride))
+
+
+def pick_by_error(err: dict[str, dict[str, float]]) -> str:
+    """The candidate with the lowest MAE in ``err`` (``{method: {"mae": ...}}``); ties go to the simpler model."""
+    return min(("last", "ewma", "gru"), key=lambda m: err[m]["mae"])
+
+
 def predict(method: str, tr: Trained, hist: np.ndarray, window: np.ndarray) -> np.ndarray:
     """Forecast of every sample of ``window`` [L, P] from the samples before it (``hist`` then the window)."""
     if method == "oracle":
@@ -170,8 +191,4 @@ def predict(method: str, tr: Trained, hist: np.ndarray, window: np.ndarray) -> n
 
 def evaluate(tr: Trained, trace: CpuTrace, stride: int = 5) -> dict[str, dict[str, float]]:
     """MAE and RMSE (percentage points) of every predictor on the test split."""
-    X, y = windows(trace.split("test"), tr.window, stride=stride)
-    preds = {"oracle": y, "last": X[:, -1], "ewma": ewma_predict(X, tr.ewma_alpha),
-             "gru": gru_predict(tr.graphdef, tr.params, X)}
-    return {k: {"mae": float(np.mean(np.abs(v - y))), "rmse": float(np.sqrt(np.mean((v - y) ** 2)))}
-            for k, v in preds.items()}
+    return split_errors(tr, trace, "test", stride)

@@ -10,7 +10,8 @@ from common.repro.schema import BaseHardware, BasePolicy, register_schema
 KINDS = ("madd", "dark", "sincronia", "fair")
 ORDERS = ("fifo", "scf", "ncf", "lcf", "sebf", "fvdf")
 COMPRESS = ("none", "always", "swallow")
-PREDICTORS = ("oracle", "gru", "ewma", "last", "none")
+# "validated": the forecaster (GRU, EWMA or last value) with the lowest MAE on the CPU trace's validation split
+PREDICTORS = ("validated", "oracle", "gru", "ewma", "last", "none")
 CODECS = ("lz4", "snappy", "zstd")
 CPU_TRACES = ("bitbrains", "azure")
 
