@@ -101,13 +101,24 @@ def _validated(data_dir: str, source: str, cfg: GruConfig) -> str:
     return select_on_validation(train_predictor(data_dir, source, cfg), cpuload.load_cpu_trace(data_dir, source))
 
 
-def codec_numbers(data_dir: Path, hw: CoflowFabric, codec: str) -> tuple[float, float]:
-    """(ratio, compression bytes/s per core)."""
+def codec_numbers(data_dir: Path, hw: CoflowFabric, codec: str, num_coflows: int = 1,
+                  seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``(ratio, compression bytes/s per core)``, each ``[1]`` (one payload for every coflow) or ``[num_coflows]``.
+
+    ``hw.codec_payload == "per_coflow"`` [ours]: each coflow's shuffle carries one payload class of the measured
+    table (text, CSV, float32, image bytes, JPEG), drawn uniformly and independently per coflow from ``seed``, so
+    coflows differ in how much compression buys them (the premise of ordering by disposal speed)."""
     if codec == "lz4_readme":
         r, s, _ = codecs.load_codec(data_dir, "lz4", "lz4_readme")
-        return 0.48, s  # the constant in the authors' simulator
+        return np.array([0.48]), np.array([s])  # the constant in the authors' simulator
+    if hw.codec_payload == "per_coflow":
+        table = {pl: codecs.load_codec(data_dir, codec, hw.codec_source, pl) for pl in codecs.PAYLOADS}
+        rng = np.random.default_rng(np.random.SeedSequence([0x5A110, int(seed)]))
+        cls = rng.integers(0, len(codecs.PAYLOADS), num_coflows)
+        r = np.array([table[codecs.PAYLOADS[i]][0] for i in cls])
+        return np.minimum(r, 1.0), np.array([table[codecs.PAYLOADS[i]][1] for i in cls])
     r, s, _ = codecs.load_codec(data_dir, codec, hw.codec_source, hw.codec_payload)
-    return r, s
+    return np.array([min(r, 1.0)]), np.array([s])
 
 
 def params_for(ctx: RunContext, ft: FlowTable, pol: SwallowPolicy, x: Setting) -> sim.Params:
@@ -116,12 +127,13 @@ def params_for(ctx: RunContext, ft: FlowTable, pol: SwallowPolicy, x: Setting) -
     P = ft.num_ports
     hist, win = _cpu_window(str(ctx.data_dir), hw.cpu_trace, P, hw.cpu_window, gru.window, x.seed)
     free = 1.0 - win / 100.0
-    kw = {}
+    C = ft.num_coflows
+    kw = dict(ratio=np.ones(C), speed_Bps=np.zeros(C))  # one shape for every policy, so they batch together
     if pol.compress != "none":
-        ratio, speed = codec_numbers(ctx.data_dir, hw, x.codec)
+        ratio, speed = codec_numbers(ctx.data_dir, hw, x.codec, C, x.seed)
         pred = _predicted(str(ctx.data_dir), hw.cpu_trace, P, hw.cpu_window, x.seed, pol.predictor, gru)
-        kw = dict(compress=pol.compress, ratio=ratio, speed_Bps=speed, cores=x.cores,
-                  cpu_pred=1.0 - pred / 100.0, pipelined=pol.pipelined)
+        kw = dict(compress=pol.compress, ratio=np.broadcast_to(ratio, C), speed_Bps=np.broadcast_to(speed, C),
+                  cores=x.cores, cpu_pred=1.0 - pred / 100.0, pipelined=pol.pipelined)
     starve = math.inf if pol.starvation_s is None else pol.starvation_s * hw.clock.second_ms
     return sim.params(x.port_gbps * hw.clock.gbit, policy=pol.order, cpu_free=free, num_ports=P,
                       cpu_step_ms=hw.cpu_sample_s * hw.clock.second_ms, starvation_ms=starve, **kw)
@@ -176,13 +188,27 @@ def speedup_metrics(ours: sim.Result, base: sim.Result, prefix: str = "cct") -> 
             f"{prefix}_speedup_avg_of_ratios": (float(np.mean(b / a)), "x")}
 
 
+def wire_fraction(r: sim.Result) -> np.ndarray:
+    """Wire bytes over raw bytes per coflow (1 where nothing was compressed)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = np.asarray(r.wire_bytes, np.float64) / np.asarray(r.raw_bytes, np.float64)
+    return np.clip(np.where(np.isfinite(w), w, 1.0), 1e-12, 1.0)
+
+
 def jct_metrics(ft: FlowTable, ours: sim.Result, base: sim.Result | None, seed: int, kappa: float,
-                sigma: float) -> dict[str, tuple[float, str]]:
+                sigma: float, disk_MBps: float) -> dict[str, tuple[float, str]]:
+    """Average JCT and its speed-up over ``base`` (jobs.py: compute + disk spill/merge + CCT)."""
     mp, rd = jobs.compute_stages_s(ft, seed, kappa, sigma)
-    j = jobs.jct_s(ours.cct_s, mp, rd)
+    disk = disk_MBps * 1e6
+
+    def jct(r: sim.Result) -> np.ndarray:
+        spill, merge = jobs.io_stages_s(ft, wire_fraction(r), disk)
+        return jobs.jct_s(r.cct_s, mp, rd, spill, merge)
+
+    j = jct(ours)
     m = {"avg_jct_s": (float(j.mean()), "s")}
     if base is not None:
-        jb = jobs.jct_s(base.cct_s, mp, rd)
+        jb = jct(base)
         m["jct_speedup_ratio_of_avgs"] = (float(jb.mean() / j.mean()), "x")
         m["jct_speedup_avg_of_ratios"] = (float(np.mean(jb / j)), "x")
     return m
@@ -235,7 +261,8 @@ def headline(ctx: RunContext):
             m = {**cct_metrics(ft, r), **traffic_metrics(r)}
             if base is not None:
                 m.update(speedup_metrics(r, base))
-            m.update(jct_metrics(ft, r, base, s, ctx.params.jct_median_kappa, ctx.params.jct_sigma))
+            m.update(jct_metrics(ft, r, base, s, ctx.params.jct_median_kappa, ctx.params.jct_sigma,
+                                  ctx.params.disk_MBps))
             rows += metric_rows(name, m, seeds=[s])
     fig, ax = figure()
     cdf(ax[0, 0], {n: get(n, seeds[0]).cct_s for n in ctx.policies}, "CCT (simulated s)")
@@ -263,7 +290,8 @@ def bandwidth_sweep(ctx: RunContext):
             for s in seeds:
                 r, base = get(bw, name, s), get(bw, "sebf", s)
                 m = {**cct_metrics(ft, r), **traffic_metrics(r), **speedup_metrics(r, base),
-                     **jct_metrics(ft, r, base, s, ctx.params.jct_median_kappa, ctx.params.jct_sigma)}
+                     **jct_metrics(ft, r, base, s, ctx.params.jct_median_kappa, ctx.params.jct_sigma,
+                                 ctx.params.disk_MBps)}
                 rows += metric_rows(name, m, seeds=[s], bandwidth_gbps=bw)
     _sweep_figure(ctx, rows, "bandwidth_gbps", "port bandwidth (Gbps)", "speedup_vs_bandwidth")
     return rows

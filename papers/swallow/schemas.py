@@ -14,6 +14,7 @@ COMPRESS = ("none", "always", "swallow")
 PREDICTORS = ("validated", "oracle", "gru", "ewma", "last", "none")
 CODECS = ("lz4", "snappy", "zstd")
 CPU_TRACES = ("bitbrains", "azure")
+PAYLOAD_CLASSES = ("trace_text", "cpu_csv", "cpu_f32", "mnist_u8", "cifar_jpeg")  # = codecs.PAYLOADS
 
 
 @dataclass
@@ -50,7 +51,7 @@ class CoflowFabric(BaseHardware):
     cores_per_port: float = 8.0  # cores a host can give the shuffle's compressor (scaled by its free CPU)
     codec: str = "lz4"
     codec_source: str = "measured"  # measured (data/codecs/codec_table.csv) | lz4_readme (the authors' table)
-    codec_payload: str = "mix"
+    codec_payload: str = "per_coflow"  # a payload class of the codec table, or per_coflow (one drawn per coflow)
     cpu_trace: str = "bitbrains"
     cpu_sample_s: float = 300.0  # the CPU trace's sample length, in simulated seconds
     cpu_window: int = 512  # samples replayed per port (wraps around after that)
@@ -65,6 +66,9 @@ class CoflowFabric(BaseHardware):
             raise ValueError(f"codec must be one of {CODECS}, got {self.codec!r}")
         if self.codec_source not in ("measured", "lz4_readme"):
             raise ValueError(f"codec_source must be 'measured' or 'lz4_readme', got {self.codec_source!r}")
+        if self.codec_payload not in (*PAYLOAD_CLASSES, "mix", "per_coflow"):
+            raise ValueError(f"codec_payload must be one of {(*PAYLOAD_CLASSES, 'mix', 'per_coflow')}, got "
+                             f"{self.codec_payload!r}")
         if self.cpu_trace not in CPU_TRACES:
             raise ValueError(f"cpu_trace must be one of {CPU_TRACES}, got {self.cpu_trace!r}")
         if self.cpu_sample_s <= 0 or self.cpu_window < 1:
@@ -110,6 +114,7 @@ class HeadlineParams:
     gru_steps: int = 1500  # training steps of the CPU-load predictor the scheduler uses
     jct_median_kappa: float = 2.0
     jct_sigma: float = 0.5
+    disk_MBps: float = 100.0  # per-host disk bandwidth of map spill and reduce merge (jobs.py; inf: no disk stage)
 
 
 @dataclass
@@ -119,6 +124,7 @@ class BandwidthParams:
     bandwidth_gbps: list[float] = field(default_factory=lambda: [0.1, 0.3, 1.0, 3.0, 10.0])
     jct_median_kappa: float = 2.0
     jct_sigma: float = 0.5
+    disk_MBps: float = 100.0  # per-host disk bandwidth of map spill and reduce merge (jobs.py; inf: no disk stage)
 
     def __post_init__(self) -> None:
         if not self.bandwidth_gbps or any(b <= 0 for b in self.bandwidth_gbps):

@@ -98,8 +98,8 @@ class Params(NamedTuple):
     port_bps: Any  # bit/s per port and direction
     policy: Any  # POLICY_IDS (madd kind only)
     compress: Any  # COMPRESS
-    ratio: Any  # compressed/original bytes
-    speed_Bps: Any  # compression speed per core, raw bytes/s
+    ratio: Any  # compressed/original bytes: [1] (every coflow) or [C] (per coflow: its payload's compressibility)
+    speed_Bps: Any  # compression speed per core, raw bytes/s: [1] or [C] like ratio
     cores: Any  # cores per port (host) usable for compression
     cpu_free: Any  # [T, P] actual free CPU fraction per 5-minute sample and port
     cpu_pred: Any  # [T, P] free CPU fraction predicted by the scheduler
@@ -108,20 +108,26 @@ class Params(NamedTuple):
     pipelined: Any  # 1: compression overlaps sending; 0: compress, then send
 
 
-def params(port_bps: float, *, policy: str = "sebf", compress: str = "none", ratio: float = 1.0,
-           speed_Bps: float = 0.0, cores: float = 0.0, cpu_free: np.ndarray | None = None,
+def params(port_bps: float, *, policy: str = "sebf", compress: str = "none", ratio: float | np.ndarray = 1.0,
+           speed_Bps: float | np.ndarray = 0.0, cores: float = 0.0, cpu_free: np.ndarray | None = None,
            cpu_pred: np.ndarray | None = None, num_ports: int = 1, cpu_step_ms: float = 300.0 * 1024.0,
            starvation_ms: float = math.inf, pipelined: bool = True) -> Params:
-    """Build :class:`Params` (numpy float64); without CPU series the CPU is taken as fully free."""
+    """Build :class:`Params` (numpy float64); without CPU series the CPU is taken as fully free.
+
+    ``ratio`` and ``speed_Bps`` are scalars (one codec outcome for every coflow) or one value per coflow (the
+    compressibility of each coflow's payload); configurations batched together must agree on which."""
     if port_bps <= 0:
         raise ValueError(f"port_bps must be positive, got {port_bps}")
     if policy not in POLICY_IDS:
         raise ValueError(f"unknown MADD-family policy {policy!r}; known: {sorted(POLICY_IDS)}")
     if compress not in COMPRESS:
         raise ValueError(f"compress must be one of {sorted(COMPRESS)}, got {compress!r}")
-    if not 0 < ratio <= 1:
-        raise ValueError(f"compression ratio must be in (0, 1], got {ratio}")
-    if compress != "none" and (speed_Bps <= 0 or cores <= 0):
+    ratio, speed_Bps = (np.atleast_1d(np.asarray(x, np.float64)) for x in (ratio, speed_Bps))
+    if ratio.ndim != 1 or speed_Bps.ndim != 1:
+        raise ValueError("ratio and speed_Bps must be scalars or one value per coflow")
+    if not np.all((ratio > 0) & (ratio <= 1.0)):
+        raise ValueError(f"compression ratio must be in (0, 1], got {ratio.min()}..{ratio.max()}")
+    if compress != "none" and (np.any(speed_Bps <= 0) or cores <= 0):
         raise ValueError("compression needs a positive speed per core and number of cores")
     if cpu_free is None:
         cpu_free = np.ones((CPU_SAMPLES, num_ports))
@@ -133,7 +139,7 @@ def params(port_bps: float, *, policy: str = "sebf", compress: str = "none", rat
     if np.any(cpu_free < 0) or np.any(cpu_free > 1) or np.any(~np.isfinite(cpu_pred)):
         raise ValueError("cpu_free must be in [0, 1] and cpu_pred finite")
     f = lambda x: np.asarray(x, np.float64)
-    return Params(f(port_bps), f(POLICY_IDS[policy]), f(COMPRESS[compress]), f(ratio), f(speed_Bps), f(cores),
+    return Params(f(port_bps), f(POLICY_IDS[policy]), f(COMPRESS[compress]), ratio, speed_Bps, f(cores),
                   cpu_free, np.clip(cpu_pred, 0.0, 1.0), f(cpu_step_ms), f(starvation_ms), f(float(pipelined)))
 
 
@@ -274,13 +280,22 @@ def _cpu_index(t, p: Params):
     return jnp.floor(t / p.cpu_step_ms).astype(jnp.int32) % p.cpu_free.shape[0]
 
 
-def _speedup(st: Static, p: Params, cpu_frac, load_Bps):
-    """Raw bytes disposed per wire byte, per sender, for CPU fraction ``cpu_frac`` and wire load ``load_Bps``."""
-    s_eff = p.speed_Bps * p.cores * jnp.maximum(cpu_frac, CPU_FLOOR)
+def _per_coflow(x, cof):
+    """The value of a ``[1]`` or ``[C]`` per-coflow parameter for coflow indices ``cof``."""
+    return x[0] if x.shape[0] == 1 else x[cof]
+
+
+def _gain(p: Params, cpu_frac, load_Bps, ratio, speed):
+    """Raw bytes disposed per wire byte (elementwise), for a sender with free CPU ``cpu_frac`` whose flows use
+    ``load_Bps`` wire bytes/s, for payloads of compression ratio ``ratio`` at ``speed`` raw bytes/s per core.
+
+    With payloads of several compressibilities on one host, each flow gets a share of the host's CPU in proportion
+    to its wire rate [ours], so its own ``S_i / l_i`` equals ``S / L`` computed at its payload's speed."""
+    s_eff = speed * p.cores * jnp.maximum(cpu_frac, CPU_FLOOR)
     load = jnp.maximum(load_Bps, 1e-300)
-    inv_r = 1.0 / p.ratio
-    g_pipe = 1.0 + (1.0 - p.ratio) * jnp.minimum(s_eff / load, inv_r)
-    g_seq = jnp.maximum(1.0, 1.0 / (load / jnp.maximum(s_eff, 1e-300) + p.ratio))
+    inv_r = 1.0 / ratio
+    g_pipe = 1.0 + (1.0 - ratio) * jnp.minimum(s_eff / load, inv_r)
+    g_seq = jnp.maximum(1.0, 1.0 / (load / jnp.maximum(s_eff, 1e-300) + ratio))
     g_choice = jnp.where(p.pipelined > 0, g_pipe, g_seq)
     # always-on compression cannot fall back to raw sending (without the floor a saturated host's flows would
     # never finish); Swallow's choice may, but gets the same CPU allowance
@@ -288,9 +303,16 @@ def _speedup(st: Static, p: Params, cpu_frac, load_Bps):
     return jnp.where(p.compress == 2, g_choice, jnp.where(p.compress == 1, g_always, 1.0))
 
 
-def _predicted_speedup(st: Static, p: Params, t, P: int):
-    """The scheduler's guess of g per port: CPU predicted for now, a fully used port (Swallow only)."""
-    g = _speedup(st, p, p.cpu_pred[_cpu_index(t, p)], jnp.full(P, p.port_bps / 8.0))
+def _speedup(st: Static, p: Params, cpu_frac, load_Bps, cof=0):
+    """``_gain`` for senders with CPU ``cpu_frac`` and load ``load_Bps`` carrying coflow(s) ``cof``."""
+    return _gain(p, cpu_frac, load_Bps, _per_coflow(p.ratio, cof), _per_coflow(p.speed_Bps, cof))
+
+
+def _predicted_speedup(st: Static, p: Params, t, ports, cof):
+    """The scheduler's guess of g for coflow(s) ``cof`` sent from ``ports``: CPU predicted for now, a fully used
+    port (Swallow only)."""
+    cpu = p.cpu_pred[_cpu_index(t, p)][ports]
+    g = _speedup(st, p, cpu, jnp.full(jnp.shape(ports), p.port_bps / 8.0), cof)
     return jnp.where(p.compress == 2, g, 1.0)
 
 
@@ -308,11 +330,11 @@ def _insert(st: Static, tr: Trace, s: State, c, p: Params, P: int):
             s = s._replace(queue=s.queue.at[c].set(0), qcount=s.qcount.at[c].set(0))
         return s
     # fvdf: predicted bottleneck disposal time (expected wire bytes at the most loaded port) at arrival
-    inv_g = 1.0 / _predicted_speedup(st, p, s.t, P)
+    inv_g = 1.0 / _predicted_speedup(st, p, s.t, tr.map_port, c)  # per mapper entry, coflow c's payload
     m = tr.cof_num_map[c]
     in_c = tr.map_cof == c
-    send = jnp.max(jnp.where(in_c, tr.cof_bytes[c] / m * inv_g[tr.map_port], 0.0))
-    mean_inv = jnp.sum(jnp.where(in_c, inv_g[tr.map_port], 0.0)) / m
+    send = jnp.max(jnp.where(in_c, tr.cof_bytes[c] / m * inv_g, 0.0))
+    mean_inv = jnp.sum(jnp.where(in_c, inv_g, 0.0)) / m
     recv = jnp.max(jnp.where(tr.red_cof == c, tr.red_bytes * mean_inv, 0.0))
     key = s.key.at[c].set(jnp.maximum(_jmax(send), _jmax(recv)))
     left = _segsum(s.sbpr, tr.red_cof, C)
@@ -513,8 +535,7 @@ def _recompute(st: Static, tr: Trace, p: Params, s: State, cur_time, P: int, reo
         key = _priority(s)[s.cof].astype(jnp.int64) * F + s.gid.astype(jnp.int64)
         rate, _, _ = _greedy_fill(st, s, jnp.zeros_like(s.rem), jnp.full(P, cap), jnp.full(P, cap), key, P)
         return s._replace(rate=rate)
-    g_hat = _predicted_speedup(st, p, cur_time, P)
-    wbytes = s.rem / g_hat[s.src]
+    wbytes = s.rem / _predicted_speedup(st, p, cur_time, s.src, s.cof)
     old = s.admitted & ~s.done & (cur_time - s.start > p.starvation_ms) & (p.policy == 5)
     eff_rank = jnp.where(old, s.rank - 1e9, s.rank)  # aged coflows first, in their own order
     active = s.admitted & ~s.done
@@ -545,7 +566,7 @@ def _speeds(st: Static, tr: Trace, p: Params, s: State, P: int):
     if st.kind != "madd":
         return s._replace(step=wire_step, wpr=jnp.ones_like(s.rem))
     load = _segsum(jnp.where(s.alive, s.rate / 8.0, 0.0), s.src, P)
-    g = _speedup(st, p, p.cpu_free[_cpu_index(s.t, p)], load)[s.src]
+    g = _speedup(st, p, p.cpu_free[_cpu_index(s.t, p)][s.src], load[s.src], s.cof)
     return s._replace(step=wire_step * g, wpr=1.0 / g)
 
 

@@ -99,6 +99,29 @@ def test_jct_model_rejects_bad_parameters():
         jobs.compute_stages_s(ft, 0, median_kappa=0.0)
     with pytest.raises(ValueError):
         jobs.compute_stages_s(ft, 0, sigma=-1.0)
+    with pytest.raises(ValueError, match="disk_Bps"):
+        jobs.io_stages_s(ft, np.ones(1), 0.0)
+    with pytest.raises(ValueError, match="wire_fraction"):
+        jobs.io_stages_s(ft, np.ones(2))
+    with pytest.raises(ValueError, match="wire_fraction"):
+        jobs.io_stages_s(ft, np.array([1.5]))
+
+
+def test_disk_stages_known_answer_and_compression_gains_more_in_jct_than_in_cct():
+    # coflow 1: 2 mappers, reducers 2 (8 MB) and 3 (4 MB): 6 MB per mapper, the busiest reducer reads 8 MB
+    ft = build_flow_table(parse_coflow_text("4 2\n1 0 1 0 1 1:10\n2 50 2 0 1 2 2:8 3:4\n"))
+    spill, merge = jobs.io_stages_s(ft, np.ones(2), disk_Bps=2**20)
+    np.testing.assert_allclose(spill, [10.0, 6.0])
+    np.testing.assert_allclose(merge, [10.0, 8.0])
+    half = jobs.io_stages_s(ft, np.array([0.5, 0.5]), disk_Bps=2**20)
+    np.testing.assert_allclose(half[0] + half[1], (spill + merge) / 2)
+    # a policy that halves CCT *and* the compressed volume: JCT speed-up > CCT speed-up; without disk, it cannot
+    mp, rd = jobs.compute_stages_s(ft, 0)
+    cct = np.array([4.0, 4.0])
+    base = jobs.jct_s(cct, mp, rd, spill, merge)
+    ours = jobs.jct_s(cct / 2, mp, rd, *half)
+    no_disk = jobs.jct_s(cct, mp, rd) / jobs.jct_s(cct / 2, mp, rd)
+    assert np.all(no_disk < 2.0) and np.all(base / ours > no_disk)
 
 
 def test_forecaster_is_picked_on_the_validation_split_only():

@@ -244,3 +244,17 @@ def test_bad_params_are_rejected():
         sim.Static(kind="nope")
     with pytest.raises(ValueError):
         sim.Static(epoch_ms=10.0, quantum_ms=8.0)
+
+
+def test_per_coflow_compressibility_orders_fvdf_and_sets_wire_bytes():
+    """Two 100 MiB coflows share sender port 0; only coflow 1's payload compresses (r = 0.5). FVDF sends the one
+    with less expected wire volume first; with one ratio for both it keeps arrival order."""
+    ft = flows([(0, [0], [(1, 100)]), (0, [0], [(2, 100)])])
+    plenty = dict(speed_Bps=1e12, cores=1.0)
+    per = run(ft, "madd", ["fvdf"], compress="swallow", ratio=np.array([1.0, 0.5]), **plenty)[0]
+    assert per.cct_ms.tolist() == [150 * 8, 50 * 8]  # 50 MiB on the wire first, then 100 MiB raw
+    assert per.wire_bytes.tolist() == pytest.approx([100 * MIB, 50 * MIB])
+    same = run(ft, "madd", ["fvdf"], compress="swallow", ratio=0.5, **plenty)[0]
+    assert same.cct_ms.tolist() == [50 * 8, 100 * 8]
+    with pytest.raises(ValueError, match="ratio"):
+        sim.params(CAP, compress="swallow", ratio=np.array([0.5, 0.0]), speed_Bps=1e9, cores=1.0)
