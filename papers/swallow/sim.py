@@ -61,6 +61,7 @@ COMPRESS = {"none": 0, "always": 1, "swallow": 2}
 IBIG = np.iinfo(np.int64).max // 4
 K_MIN = 4096
 CPU_FLOOR = 0.05  # share of its cores any compressor gets on a saturated host (time-shared; same for every policy)
+SMALL_TRACE_FLOWS = 20_000  # below this, compilation dominates and padded batches share one program (_chunks)
 CPU_SAMPLES = 512  # default length of the CPU series (same shape as the experiments', so programs are shared)
 
 
@@ -728,9 +729,9 @@ def run_batch(ft: FlowTable, st: Static, p: Params, log=None) -> tuple[State, di
 def _chunks(n: int, big: bool, most: int = 16, small: int = 8) -> list[tuple[int, int]]:
     """Split ``n`` configurations into vmapped batches, as (real, padded) sizes, so compiled programs are reused.
 
-    Large traces (simulation dominates) use exact powers of two up to ``most``; small ones (compilation
-    dominates) run batches of ``small``, padding the last one, except that a single configuration runs alone
-    (the deterministic baselines: one program of batch 1 per kind, and no 8x padded work).
+    Large traces (simulation dominates) use exact powers of two up to ``most``, never padded, so a batch of k costs
+    at most about k single runs; small ones (compilation dominates: tests, smoke runs) run batches of ``small``,
+    padding the last one, except that a single configuration runs alone (the deterministic baselines).
     """
     out = []
     while n > 0:
@@ -745,7 +746,7 @@ def simulate_batch(ft: FlowTable, st: Static, p: Params, log=None) -> list[Resul
     n = int(np.asarray(p.port_bps).shape[0])
     out: list[Result] = []
     lo = 0
-    for real, padded in _chunks(n, ft.num_flows > 100_000):
+    for real, padded in _chunks(n, ft.num_flows > SMALL_TRACE_FLOWS):
         idx = np.minimum(np.arange(lo, lo + padded), lo + real - 1)
         s, _ = run_batch(ft, st, Params(*(np.asarray(x)[idx] for x in p)), log)
         out += [_result(ft, st, jax.tree.map(lambda x, i=i: np.asarray(x[i]), s)) for i in range(real)]
