@@ -6,8 +6,9 @@ wall-clock seconds until the test accuracy reaches ``params.target_accuracy``; t
 ``ps_traffic_mb`` (push + pull bytes through the PS NIC until then), ``wire_traffic_mb`` (every link),
 ``gradients_to_target``, ``reached_target``, ``final_accuracy``, ``mean_staleness``, ``idle_fraction``.
 Two derived pseudo-policies per seed and condition summarise the non-community mechanisms (every policy whose
-kind is not ``casp``): ``best_noncommunity`` (the fastest one; its time and traffic) and ``mean_noncommunity``
-(their mean time and mean traffic).
+kind is not ``casp``): ``best_noncommunity`` (the fastest one; its time, traffic and whether it reached the
+target) and ``mean_noncommunity`` (their mean time and mean traffic; reached only if every one of them did), so a
+time-to-target claim against them can be checked for censoring.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def _derived(rows: list[dict[str, Any]], ctx: RunContext, cond_cols: Sequence[st
     if not base:
         return []
     df = pd.DataFrame(rows)
-    df = df[df["policy"].isin(base) & df["metric"].isin(["time_to_target_s", "ps_traffic_mb", "wire_traffic_mb"])]
+    df = df[df["policy"].isin(base) & df["metric"].isin(["time_to_target_s", "ps_traffic_mb", "wire_traffic_mb",
+                                                         "reached_target"])]
     keys = ["seed", *cond_cols]
     wide = df.pivot_table(index=[*keys, "policy"], columns="metric", values="value").reset_index()
     out: list[dict[str, Any]] = []
@@ -69,10 +71,14 @@ def _derived(rows: list[dict[str, Any]], ctx: RunContext, cond_cols: Sequence[st
         cond = dict(zip(keys, k if isinstance(k, tuple) else (k,), strict=True))
         seed = int(cond.pop("seed"))
         best = g.loc[g["time_to_target_s"].idxmin()]
-        for name, vals in (("best_noncommunity", best), ("mean_noncommunity", g.mean(numeric_only=True))):
+        mean = g.mean(numeric_only=True)
+        mean["reached_target"] = g["reached_target"].min()
+        for name, vals in (("best_noncommunity", best), ("mean_noncommunity", mean)):
             out += metric_rows(name, {"time_to_target_s": (vals["time_to_target_s"], "s"),
                                       "ps_traffic_mb": (vals["ps_traffic_mb"], "MB"),
-                                      "wire_traffic_mb": (vals["wire_traffic_mb"], "MB")}, seeds=[seed], **cond)
+                                      "wire_traffic_mb": (vals["wire_traffic_mb"], "MB"),
+                                      "reached_target": (vals["reached_target"], "fraction")}, seeds=[seed],
+                               **cond)
     return out
 
 
