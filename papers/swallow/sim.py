@@ -79,7 +79,7 @@ class Static:
     dark_queues: int = 10
     dark_first_bytes: float = 10.0 * 1048576.0
     dark_mult: float = 10.0
-    dark_tie_rel: float = 1e-9  # bytes sent must exceed a queue threshold by this fraction (see reference.DARK_TIE_REL)
+    dark_tie_rel: float = 1e-9  # bytes sent must exceed a queue threshold by this fraction (see tests/papers/swallow/reference.py)
     segment_events: int = 64
 
     def __post_init__(self) -> None:
