@@ -1,0 +1,159 @@
+"""The reviewer's page: ``results/index.html``, one self-contained file (no network) next to the results.
+
+A front table of every claim (paper, class, claim, paper value, measured mean [CI], n, verdict, freshness),
+filterable by paper, class and verdict; then one section per paper with, for each experiment, the claims it
+decides, its figures (linked relatively, so the page works from a fresh clone or a copied ``results/`` folder), the
+exact command that regenerates it, its CSV and its provenance (commit, profile, seeds, code fingerprint, date,
+wall time: the experiment's manifest). Written by ``python -m common.repro.claims`` and ``./reproduce.sh``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from common.repro.claims.evaluate import Verdict, _fmt
+from common.repro.claims.report import VERDICT_MEANING
+from common.repro.results import atomic_write_bytes
+
+_CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#222}
+table{border-collapse:collapse;width:100%;margin:.6em 0}th,td{border:1px solid #ccc;padding:3px 6px;
+vertical-align:top;text-align:left}th{background:#f2f2f2}code{font-size:12px}
+.badge{font-weight:600;padding:1px 6px;border-radius:3px;white-space:nowrap}
+.REPRODUCED,.PASS{background:#c8f0c8}.DIRECTION_ONLY{background:#fde9b0}.NOT_REPRODUCED,.FAIL{background:#f6c6c6}
+.INCONCLUSIVE{background:#dcdcf4}.SKIPPED{background:#e6e6e6}.stale,.missing,.incomplete{color:#a40}
+figure{display:inline-block;margin:.4em}figure img{max-width:540px;border:1px solid #ddd}
+.controls label{margin-right:1.2em}.muted{color:#666}
+"""
+
+_JS = """
+function applyFilter(){
+  var p=document.getElementById('f-paper').value, c=document.getElementById('f-class').value,
+      v=document.getElementById('f-verdict').value, shown=0;
+  document.querySelectorAll('#claims tbody tr').forEach(function(tr){
+    var ok=(!p||tr.dataset.paper===p)&&(!c||tr.dataset.cls===c)&&(!v||tr.dataset.verdict===v);
+    tr.style.display=ok?'':'none'; if(ok){shown++;}
+  });
+  document.getElementById('shown').textContent=shown;
+}
+document.addEventListener('DOMContentLoaded',function(){
+  ['f-paper','f-class','f-verdict'].forEach(function(id){
+    document.getElementById(id).addEventListener('change',applyFilter);});
+  applyFilter();
+});
+"""
+
+
+def _e(x: object) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _options(values: Sequence[str], label: str, ident: str) -> str:
+    opts = "".join(f'<option value="{_e(v)}">{_e(v)}</option>' for v in values)
+    return f'<label>{label} <select id="{ident}"><option value="">all</option>{opts}</select></label>'
+
+
+def _manifest(results_dir: Path, paper: str, exp: str) -> dict | None:
+    p = results_dir / paper / f"{exp}.manifest.json"
+    try:
+        return json.loads(p.read_text()) if p.exists() else None
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _provenance(man: dict | None) -> str:
+    if not man:
+        return '<span class="stale">no manifest (made before provenance was recorded)</span>'
+    seeds = man.get("seeds") or []
+    seed_s = f"{seeds[0]}..{seeds[-1]} ({len(seeds)})" if seeds else "-"
+    wall = man.get("wall_s")
+    wall_s = "-" if wall is None or (isinstance(wall, float) and math.isnan(wall)) else f"{float(wall):.0f} s"
+    return (f"commit <code>{_e(man.get('git_sha', '?'))}</code>, profile {_e(man.get('profile', '?'))}, seeds "
+            f"{_e(seed_s)}, code <code>{_e(man.get('code_hash', '?'))}</code>, config "
+            f"<code>{_e(man.get('config_hash', '?'))}</code>, finished {_e(man.get('finished_utc', '?'))}, "
+            f"wall {_e(wall_s)}, {_e(man.get('rows', '?'))} rows")
+
+
+def _row(v: Verdict, fresh: str) -> str:
+    c = v.claim
+    pv = "—" if c.paper_value is None else _fmt(c.paper_value)
+    state = fresh.split(":")[0] if fresh else "?"
+    return (f'<tr data-paper="{_e(v.paper)}" data-cls="{_e(c.cls)}" data-verdict="{_e(v.shown)}">'
+            f'<td><a href="#{_e(v.paper)}">{_e(v.paper)}</a></td><td>{_e(c.cls)}</td>'
+            f'<td><a href="#{_e(v.paper)}-{_e(c.experiment)}"><code>{_e(c.id)}</code></a> {_e(c.text)}</td>'
+            f'<td>{_e(c.source)}</td><td>{_e(pv)}</td><td>{_e(v.measured())}</td><td>{v.n}</td>'
+            f'<td><span class="badge {_e(v.shown)}">{_e(v.shown)}</span></td>'
+            f'<td class="{_e(state)}" title="{_e(fresh)}">{_e(state)}</td></tr>')
+
+
+def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
+              freshness: Mapping[str, Mapping[str, str]], titles: Mapping[str, str] | None = None) -> str:
+    """The page for the verdicts and the result files under ``results_dir`` (links relative to it)."""
+    results_dir = Path(results_dir)
+    titles = titles or {}
+    everything = [v for vs in all_verdicts.values() for v in vs]
+    verdict_names = sorted({v.shown for v in everything})
+    head = (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Claims vs measured results"
+            f"</title><style>{_CSS}</style><script>{_JS}</script></head><body>")
+    out = [head, "<h1>Claims vs measured results</h1>",
+           f"<p>{_e(VERDICT_MEANING)}</p>",
+           "<p class=\"muted\">Every row links to its experiment below: figures, the command that regenerates it, "
+           "its CSV and where its numbers came from. Measured: mean [95 % CI] over seeds (Bonferroni for "
+           "\"up to\" claims, level shown). Result file: fresh / stale / missing / incomplete "
+           "(<code>./reproduce.sh --status</code>).</p>",
+           '<div class="controls">', _options(sorted(all_verdicts), "paper", "f-paper"),
+           _options(["headline", "secondary", "check"], "class", "f-class"),
+           _options(verdict_names, "verdict", "f-verdict"),
+           f'<span class="muted"><span id="shown">{len(everything)}</span> of {len(everything)} claims shown'
+           "</span></div>",
+           '<table id="claims"><thead><tr><th>paper</th><th>class</th><th>claim</th><th>source</th>'
+           "<th>paper value</th><th>measured</th><th>n</th><th>verdict</th><th>result file</th></tr></thead><tbody>"]
+    for paper, vs in sorted(all_verdicts.items()):
+        out += [_row(v, freshness.get(paper, {}).get(v.claim.experiment, "")) for v in vs]
+    out.append("</tbody></table>")
+    for paper, vs in sorted(all_verdicts.items()):
+        out.append(f'<h2 id="{_e(paper)}">{_e(paper)}</h2>')
+        if titles.get(paper):
+            out.append(f"<p>{_e(titles[paper])}</p>")
+        md = (f'<a href="{_e(paper)}/claims.md">{_e(paper)}/claims.md</a>'
+              if (results_dir / paper / "claims.md").exists() else f"<code>{_e(paper)}/claims.md</code>")
+        out.append(f"<p>All claims with notes: {md}; paper vs ours in <code>papers/{_e(paper)}/README.md</code>.</p>")
+        exps = list(dict.fromkeys([v.claim.experiment for v in vs] + sorted(freshness.get(paper, {}))))
+        for exp in exps:
+            out.append(f'<h3 id="{_e(paper)}-{_e(exp)}">{_e(paper)}/{_e(exp)}</h3>')
+            fresh = freshness.get(paper, {}).get(exp, "?")
+            csv = results_dir / paper / f"{exp}.csv"
+            csv_link = (f'<a href="{_e(paper)}/{_e(exp)}.csv">{_e(exp)}.csv</a>' if csv.exists()
+                        else '<span class="missing">no result file</span>')
+            out.append(f"<p>Regenerate: <code>./reproduce.sh {_e(paper)} --only {_e(exp)}</code> &middot; "
+                       f"{csv_link} &middot; result file: <span class=\"{_e(fresh.split(':')[0])}\">{_e(fresh)}"
+                       f"</span><br>Provenance: {_provenance(_manifest(results_dir, paper, exp))}</p>")
+            mine = [v for v in vs if v.claim.experiment == exp]
+            if mine:
+                out.append("<table><thead><tr><th>claim</th><th>class</th><th>paper value</th><th>measured</th>"
+                           "<th>verdict</th><th>note</th></tr></thead><tbody>")
+                for v in mine:
+                    pv = "—" if v.claim.paper_value is None else _fmt(v.claim.paper_value)
+                    out.append(f"<tr><td><code>{_e(v.claim.id)}</code> {_e(v.claim.text)}</td><td>"
+                               f"{_e(v.claim.cls)}</td><td>{_e(pv)}</td><td>{_e(v.measured())}</td>"
+                               f'<td><span class="badge {_e(v.shown)}">{_e(v.shown)}</span></td>'
+                               f"<td>{_e(v.note)}</td></tr>")
+                out.append("</tbody></table>")
+            for fig in sorted((results_dir / paper).glob(f"{exp}_*.png")):
+                rel = f"{paper}/{fig.name}"
+                out.append(f'<figure><a href="{_e(rel)}"><img src="{_e(rel)}" alt="{_e(fig.stem)}" '
+                           f'loading="lazy"></a><figcaption>{_e(fig.name)}</figcaption></figure>')
+    out.append("</body></html>\n")
+    return "\n".join(out)
+
+
+def write_site(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
+               freshness: Mapping[str, Mapping[str, str]], titles: Mapping[str, str] | None = None) -> Path:
+    """Write ``<results_dir>/index.html`` and return its path."""
+    path = Path(results_dir) / "index.html"
+    atomic_write_bytes(path, site_html(results_dir, all_verdicts, freshness, titles).encode())
+    return path
