@@ -1,5 +1,8 @@
 """Claims checker: paper claims (``papers/<key>/claims.yaml``) against measured long-format result CSVs.
 
+``check`` writes ``results/<paper>/claims.md`` + ``claims.csv``, ``results/SUMMARY.md`` and the reviewer's page
+``results/index.html`` (:mod:`common.repro.site`).
+
 Three parts: :mod:`.schema` (the claims file format), :mod:`.evaluate` (effects, CIs and the verdict rules) and
 :mod:`.report` (claims.md / claims.csv / SUMMARY.md). Command line::
 
@@ -84,12 +87,14 @@ def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, 
         raise ConfigError(_unknown("paper", unknown, available))
     everything: dict[str, list[Verdict]] = {}
     fresh: dict[str, dict[str, str]] = {}
+    titles: dict[str, str] = {}
     for paper in available:
         pcfg = compose([f"paper={paper}"], conf_dir=conf_dir).paper
         path = Path(importlib.import_module(pcfg.module).__file__).parent / pcfg.claims
         if not path.exists():
             continue
         everything[paper] = check_paper(paper, path, results_dir)
+        titles[paper] = str(pcfg.title)
         fresh[paper] = {e: f.line() for e, f in paper_status(paper, results_dir, profile, conf_dir).items()}
         if paper in wanted:
             write_paper_report(paper, pcfg.title, everything[paper], results_dir, fresh[paper])
@@ -97,6 +102,9 @@ def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, 
                 for v in everything[paper]:
                     print(f"  {paper}/{v.claim.id} [{v.claim.cls}]: {v.shown}  {v.measured()}  {v.note}")
     write_summary(everything, results_dir, fresh)
+    from common.repro.site import write_site
+
+    write_site(results_dir, everything, fresh, titles)
     return everything
 
 
