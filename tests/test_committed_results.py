@@ -14,7 +14,8 @@ def test_committed_reports_match_the_checker(tmp_path):
     verdicts = check(results_dir=res, quiet=True)
     assert verdicts, "no paper has claims"
     stale = []
-    for rel in ["SUMMARY.md", "index.html", *(f"{p}/claims.md" for p in verdicts), *(f"{p}/claims.csv" for p in verdicts)]:
+    reports = ["SUMMARY.md", "index.html", *(f"{p}/claims.{x}" for p in verdicts for x in ("md", "csv"))]
+    for rel in reports:
         if (res / rel).read_bytes() != (ROOT / "results" / rel).read_bytes():
             stale.append(rel)
     assert not stale, f"regenerate with `python -m common.repro.claims` and commit: {stale}"
