@@ -16,10 +16,17 @@ import pandas as pd  # noqa: E402
 from common.repro.results import atomic_write_bytes  # noqa: E402
 from common.repro.stats import mean_ci  # noqa: E402
 
+CI_NOTE = "error bars / bands: 95 % CI of the mean over seeds"
 
-def save_figure(fig, path: Path, dpi: int = 120) -> None:
+
+def save_figure(fig, path: Path, dpi: int = 120, note: str | None = None) -> None:
+    """Write ``fig`` as PNG atomically and close it; ``note`` (e.g. profile and seeds) goes on top in small type."""
     buf = io.BytesIO()
-    fig.tight_layout()
+    if note:
+        fig.suptitle(note, fontsize=7, color="#444")
+        fig.tight_layout(rect=(0, 0, 1, 0.96))
+    else:
+        fig.tight_layout()
     fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
     plt.close(fig)
     atomic_write_bytes(Path(path), buf.getvalue())
@@ -38,14 +45,21 @@ def cdf(ax, samples: Mapping[str, Sequence[float]], xlabel: str, log: bool = Tru
     ax.legend(fontsize=8)
 
 
-def bars_with_ci(ax, df: pd.DataFrame, metric: str, by: str = "policy", ylabel: str | None = None) -> None:
-    """Bar per ``by`` value of the seed mean of ``metric`` with a 95 % CI whisker."""
+def bars_with_ci(ax, df: pd.DataFrame, metric: str, by: str = "policy", ylabel: str | None = None,
+                 nonneg: bool | None = None) -> None:
+    """Bar per ``by`` value of the seed mean of ``metric`` with a 95 % CI whisker.
+
+    ``nonneg`` (default: every value of the metric is >= 0, e.g. times, counts, rates): the metric cannot be
+    negative, so a whisker stops at 0 instead of reaching below it."""
 
     sel = df[df["metric"] == metric]
     names = list(dict.fromkeys(sel[by].tolist()))
     stats_ = [mean_ci(sel[sel[by] == n]["value"].to_numpy()) for n in names]
     means = [s[0] for s in stats_]
-    err = np.array([[s[0] - s[1] for s in stats_], [s[2] - s[0] for s in stats_]])
+    if nonneg is None:
+        nonneg = bool((sel["value"].to_numpy() >= 0).all())
+    lows = [max(s[1], 0.0) if nonneg else s[1] for s in stats_]
+    err = np.array([[m - lo for m, lo in zip(means, lows, strict=True)], [s[2] - s[0] for s in stats_]])
     ax.bar(range(len(names)), means, yerr=err, capsize=3, color="tab:blue", alpha=0.8)
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
     ax.set_ylabel(ylabel or metric)

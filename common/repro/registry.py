@@ -113,10 +113,12 @@ class RunContext:
         return Checkpointer(self.checkpoint_dir / name, keep=keep)
 
     def save_figure(self, fig, name: str) -> Path:
-        """Save a matplotlib figure as ``<out_dir>/<experiment>_<name>.png`` atomically and close it."""
-        from common.repro.plots import save_figure
+        """Save a matplotlib figure as ``<out_dir>/<experiment>_<name>.png`` atomically and close it, titled with
+        the experiment, profile and number of seeds, and what its error bars are."""
+        from common.repro.plots import CI_NOTE, save_figure
 
         path = self.out_dir / f"{self.experiment}_{name}.png"
-        save_figure(fig, path)
+        note = f"{self.paper}/{self.experiment}, profile {self.profile}, {self.num_seeds} seed(s); {CI_NOTE}"
+        save_figure(fig, path, note=note)
         self.figures.append(path)
         return path

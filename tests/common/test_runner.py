@@ -203,3 +203,33 @@ def test_ctrl_c_stops_with_one_clear_line(toy_conf, tmp_path):
     assert proc.returncode == 130
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert "1/2 experiments finished" in err and "Run the same command again" in err
+
+
+def test_figures_say_profile_seeds_and_ci_and_whiskers_stay_non_negative(toy_conf, tmp_path):
+    import matplotlib.pyplot as plt
+
+    from common.repro.plots import CI_NOTE, bars_with_ci, figure
+
+    df = pd.DataFrame({"policy": ["a"] * 3 + ["b"] * 3, "metric": "t", "value": [0.1, 0.0, 3.0, 5.0, 5.1, 4.9]})
+    fig, ax = figure()
+    bars_with_ci(ax[0, 0], df, "t")  # a's CI reaches far below 0; a time cannot
+    from matplotlib.container import ErrorbarContainer
+
+    eb = next(c for c in ax[0, 0].containers if isinstance(c, ErrorbarContainer))
+    err = eb.lines[2][0].get_segments()
+    assert min(seg[:, 1].min() for seg in err) == 0.0
+    ctx, _ = build_context(compose(["experiment=toy/costs", "profile=smoke"], conf_dir=toy_conf), out_dir=tmp_path)
+    seen = {}
+    orig = plt.Figure.savefig
+
+    def spy(self, *a, **kw):
+        seen["title"] = self._suptitle.get_text()
+        return orig(self, *a, **kw)
+
+    plt.Figure.savefig = spy
+    try:
+        path = ctx.save_figure(fig, "bars")
+    finally:
+        plt.Figure.savefig = orig
+    assert path.exists() and "profile smoke" in seen["title"] and "3 seed(s)" in seen["title"]
+    assert CI_NOTE in seen["title"]
