@@ -568,7 +568,10 @@ def _speeds(st: Static, tr: Trace, p: Params, s: State, P: int):
         return s._replace(step=wire_step, wpr=jnp.ones_like(s.rem))
     load = _segsum(jnp.where(s.alive, s.rate / 8.0, 0.0), s.src, P)
     g = _speedup(st, p, p.cpu_free[_cpu_index(s.t, p)][s.src], load[s.src], s.cof)
-    return s._replace(step=wire_step * g, wpr=1.0 / g)
+    # wire bytes per raw byte: Swallow's choice sends what it could not compress raw (1/g); always-on compression
+    # compresses every byte (r), leaving the link under-used when the CPU is the bottleneck
+    wpr = jnp.where(p.compress == 1, _per_coflow(p.ratio, s.cof), 1.0 / g)
+    return s._replace(step=wire_step * g, wpr=wpr)
 
 
 # --------------------------------------------------------------------------------------------- the loop

@@ -162,11 +162,13 @@ def test_compression_physics_single_flow():
     al = run(ft, "madd", ["sebf"], compress="always", **half)[0]
     assert sw.cct_ms[0] == 80 * 8 and al.cct_ms[0] == 200 * 8
     assert sw.wire_bytes[0] == pytest.approx(100 * MIB * 0.8)
+    assert al.wire_bytes[0] == pytest.approx(100 * MIB * 0.5)  # always-on sends every byte compressed
     # no free CPU: every compressor time-shares CPU_FLOOR of the cores. Always-on is bound by it (5 % of 1 MiB per
     # quantum); Swallow compresses what the floor allows and sends the rest raw (g = 1 + 0.5 * 0.05 = 1.025)
     slow = dict(ratio=0.5, speed_Bps=CAP / 8, cores=1.0, cpu_free=np.zeros((sim.CPU_SAMPLES, P)))
     stalled = run(ft, "madd", ["sebf"], compress="always", **slow)[0]
     assert sim.CPU_FLOOR == 0.05 and stalled.cct_ms[0] == 2000 * 8
+    assert stalled.wire_bytes[0] == pytest.approx(100 * MIB * 0.5)
     floor = run(ft, "madd", ["fvdf"], compress="swallow", **slow)[0]
     assert floor.cct_ms[0] == np.ceil(100 / 1.025) * 8
 
