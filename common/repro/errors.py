@@ -1,5 +1,17 @@
 """Exceptions raised by the runner; each message names the file or config key at fault."""
 
+import difflib
+from collections.abc import Sequence
+
+
+def did_you_mean(what: str, bad: Sequence[str], known: Sequence[str]) -> str:
+    """``unknown <what> 'x' (did you mean 'y'?)`` for each of ``bad``, then the known names."""
+    parts = []
+    for b in bad:
+        close = difflib.get_close_matches(b, known, n=1)
+        parts.append(f"unknown {what} {b!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return "; ".join(parts) + f". Known: {', '.join(known)}"
+
 
 class ConfigError(ValueError):
     """A configuration that cannot be run (unknown key, wrong type, invalid value, missing experiment)."""

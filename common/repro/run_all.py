@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import difflib
 import fcntl
 import os
 import shutil
@@ -30,7 +29,7 @@ from omegaconf import DictConfig
 
 from common.repro import registry
 from common.repro.config import build_context, compose, experiments_of, papers_in_conf
-from common.repro.errors import ClaimsSchemaError, ConfigError, ResultSchemaError, RunLockedError
+from common.repro.errors import ClaimsSchemaError, ConfigError, ResultSchemaError, RunLockedError, did_you_mean
 from common.repro.freshness import code_fingerprint, status, write_manifest
 from common.repro.progress import fmt_seconds
 from common.repro.results import git_sha, to_frame, with_provenance, write_csv
@@ -110,14 +109,6 @@ def _run_locked(cfg, ctx, chash, path, force, log):
     return "ran", path, wall
 
 
-def _did_you_mean(what: str, bad: Sequence[str], known: Sequence[str]) -> str:
-    parts = []
-    for b in bad:
-        close = difflib.get_close_matches(b, known, n=1)
-        parts.append(f"unknown {what} {b!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return "; ".join(parts) + f". Known: {', '.join(known)}"
-
-
 def default_results_dir(paths, profile: str) -> Path:
     """Where a profile writes by default: ``paths.results_dir`` for ``default``, ``paths.runs_dir/<profile>``
     otherwise (so a smoke or full run never overwrites the committed default results)."""
@@ -159,7 +150,7 @@ def _main(args) -> int:
     papers = args.papers or known
     bad = [p for p in papers if p not in known]
     if bad:
-        print(f"error: {_did_you_mean('paper', bad, known)}", file=sys.stderr)
+        print(f"error: {did_you_mean('paper', bad, known)}", file=sys.stderr)
         return 2
     every = [(p, e) for p in papers for e in experiments_of(p, base.paths.conf_dir)]
     only = None if args.only is None else [x.strip() for x in args.only.split(",") if x.strip()]
@@ -167,7 +158,7 @@ def _main(args) -> int:
         names = sorted({e for _, e in every})
         unknown = [x for x in only if x not in names]
         if unknown or not only:
-            print(f"error: {_did_you_mean('experiment', unknown, names) if unknown else '--only names nothing'}",
+            print(f"error: {did_you_mean('experiment', unknown, names) if unknown else '--only names nothing'}",
                   file=sys.stderr)
             return 2
     plan = [(p, e) for p, e in every if only is None or e in only]

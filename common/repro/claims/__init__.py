@@ -16,7 +16,6 @@ Exit status: 0 on success, 2 on bad input (unknown paper, malformed claims file,
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +31,7 @@ from common.repro.claims.report import (
     write_summary,
 )
 from common.repro.claims.schema import CLASSES, DEFAULT_TOLERANCE, KINDS, Claim, load_claims, parse_claims
-from common.repro.errors import ClaimsSchemaError, ConfigError
+from common.repro.errors import ClaimsSchemaError, ConfigError, did_you_mean
 from common.repro.stats import mean_ci
 
 __all__ = [
@@ -84,7 +83,7 @@ def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, 
     wanted = list(papers) if papers else available
     unknown = [p for p in wanted if p not in available]
     if unknown:
-        raise ConfigError(_unknown("paper", unknown, available))
+        raise ConfigError(did_you_mean("paper", unknown, available))
     everything: dict[str, list[Verdict]] = {}
     fresh: dict[str, dict[str, str]] = {}
     titles: dict[str, str] = {}
@@ -106,14 +105,6 @@ def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, 
 
     write_site(results_dir, everything, fresh, titles)
     return everything
-
-
-def _unknown(what: str, bad: Sequence[str], known: Sequence[str]) -> str:
-    parts = []
-    for b in bad:
-        close = difflib.get_close_matches(b, known, n=1)
-        parts.append(f"unknown {what} {b!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return "; ".join(parts) + f"; known: {', '.join(known)}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
