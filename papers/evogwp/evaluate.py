@@ -40,7 +40,7 @@ from papers.evogwp.forecasters import (
 )
 from papers.evogwp.metrics import METRICS, UNITS, forecast_metrics, scored_cells
 from papers.evogwp.schemas import NEURAL, ForecastParams, TrainParams
-from papers.evogwp.train import make_predict, make_train, num_chunks
+from papers.evogwp.train import make_predict, make_train, num_chunks, plateaued
 
 DETERMINISTIC = ("last_value", "seasonal_naive", "arima", "ets")
 
@@ -127,12 +127,15 @@ def evo_key(hp) -> tuple:
         "num_shapelets",
         "candidates_per_shapelet",
         "num_classes",
+        "min_class_size",
+        "shapelet_score",
         "learn_importance",
         "shapelet_steps",
         "shapelet_samples",
         "link_percentile",
         "top_shapelets",
-        "top_workloads",
+        "top_transitions",
+        "edge_fraction",
         "context_segments",
     )
     return tuple(getattr(hp, k) for k in f)
@@ -176,9 +179,7 @@ def _compiled(kind: str, hp, n: int, pl: int, q: int, tcfg: TrainParams, ctx: Co
         train = make_train(build, pl, q, tcfg, ctx)
         n = num_chunks(train.rounds)
         start = jax.jit(jax.vmap(train.start, in_axes=(0, None, None, None, None)))
-        advance = jax.jit(
-            jax.vmap(functools.partial(train.advance, rounds=train.rounds // n), in_axes=(0, None, None, None, None))
-        )
+        advance = jax.jit(functools.partial(train.advance_seeds, rounds=train.rounds // n))
         pred = jax.jit(jax.vmap(make_predict(build, pl, q, ctx), in_axes=(0, None, None)))
         _JIT[key] = (build, Trainer(start, advance, train.finish, n), pred)
     return _JIT[key]
@@ -212,6 +213,7 @@ class PolicyResult:
     build: Any = None
     evo: EvoInputs | None = None
     extra: dict[str, np.ndarray] = field(default_factory=dict)
+    training: dict[str, Any] | None = None  # curves and gates per seed (neural policies)
 
 
 def run_policy(
@@ -252,10 +254,48 @@ def run_policy(
     )
     w = ds.test_o.size
     preds = np.asarray(pred(params, aj, jnp.asarray(_pad_idx(ds.test_o, pads["test"]))))[:, :w]
-    notes = {"best_val_mae_masked": float(np.mean(np.asarray(curves["best_val"])))}
+    curves = jax.tree.map(np.asarray, curves)
+    lv = val_last_value_mae(ds, p)
+    curves["gates"] = training_gates(curves, lv, p.train)
+    curves["val_last_value"] = lv
+    notes: dict[str, float] = {}
+    if evo is not None:
+        notes.update(evo.diagnostics(extra["adj"], extra["sdist"]))
     return PolicyResult(
-        preds, [int(x) for x in seeds], time.monotonic() - t0, notes, params, build, evo, extra
+        preds, [int(x) for x in seeds], time.monotonic() - t0, notes, params, build, evo, extra, training=curves
     )
+
+
+def val_last_value_mae(ds: Prepared, p: ForecastParams) -> float:
+    """Masked MAE of last value on the validation windows the early stopping reads (pooled over cells, as
+    the training loop's validation loss is)."""
+    s, q = ds.series, p.horizon
+    idx = ds.val_o[:, None] + np.arange(q)[None, :]
+    y = np.where(s.observed[idx], s.raw[idx], 0.0)
+    nz = s.observed[idx] & (y != 0)
+    last = s.filled[ds.val_o - 1][:, None, :]
+    return float((np.abs(last - y) * nz).sum() / max(nz.sum(), 1))
+
+
+def training_gates(curves: dict[str, np.ndarray], val_last_value: float, tcfg: TrainParams) -> dict[str, np.ndarray]:
+    """0/1 validity gates per seed (the claims' ``requires``), from the training record only (no test data):
+
+    * ``converged``: the validation curve stopped improving within the budget: early stopping triggered, or
+      the best of the last ``patience`` rounds is within the relative ``min_delta`` of the best before them;
+    * ``beats_trivial``: the kept (best-validation) parameters beat last value on the same validation windows.
+    """
+    best = np.atleast_1d(curves["best_val"])
+    stopped = np.atleast_1d(curves["stopped"]).astype(bool)
+    val = np.atleast_2d(curves["val_mae_masked"])
+    run = np.atleast_1d(curves["rounds_run"])
+    conv = [
+        bool(st) or plateaued(v, r, tcfg.patience, tcfg.min_delta)
+        for st, v, r in zip(stopped, val, run, strict=True)
+    ]
+    return {
+        "converged": np.asarray(conv, np.float64),
+        "beats_trivial": (best < val_last_value).astype(np.float64),
+    }
 
 
 def checkpoint_meta(pol, ds: Prepared, p: ForecastParams, res: PolicyResult, seed: int) -> dict[str, Any]:
@@ -405,6 +445,7 @@ def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             setting = setting_name(ds.series.name, p)
             res = run_policy(pol, ds, p, seeds, pads, ctx.checkpointer(f"{name}-{ds.series.name}"))
             rows += metric_rows_for(name, res, ds, setting)
+            rows += training_rows(name, res, ds, setting, p.train)
             for k, v in res.notes.items():
                 rows.append(
                     {
@@ -412,7 +453,7 @@ def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                         "seed": res.seeds[0],
                         "metric": k,
                         "value": float(v),
-                        "unit": "%" if "mae" in k else "count",
+                        "unit": note_unit(k),
                         "dataset": ds.series.name,
                         "setting": setting,
                         "horizon": "avg",
@@ -433,9 +474,51 @@ def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return rows, {"prepared": prepared, "preds": keep}
 
 
+GATES = ("converged", "beats_trivial")
+
+
+def note_unit(name: str) -> str:
+    if "mae" in name:
+        return "%"
+    if name.startswith(("graph_", "shapelet_score")):
+        return "ratio"
+    return "count"
+
+
+def training_rows(
+    policy: str, res: PolicyResult, ds: Prepared, setting: str, tcfg: TrainParams
+) -> list[dict[str, Any]]:
+    """Per seed: the gates, the kept validation MAE, last value's on the same windows, the steps trained, and
+    the learning curves (``curve_*`` rows with a ``step`` column, one per evaluation round actually run)."""
+    tr = res.training
+    if tr is None:
+        return []
+    base = {"policy": policy, "dataset": ds.series.name, "setting": setting, "horizon": "avg"}
+    rows = []
+    for i, seed in enumerate(res.seeds):
+        run = int(tr["rounds_run"][i])
+        per_seed = {
+            "converged": (tr["gates"]["converged"][i], "bool"),
+            "beats_trivial": (tr["gates"]["beats_trivial"][i], "bool"),
+            "val_mae_masked": (tr["best_val"][i], "%"),
+            "val_mae_masked_last_value": (tr["val_last_value"], "%"),
+            "train_steps": (run * tcfg.eval_every, "count"),
+        }
+        rows += [{**base, "seed": seed, "metric": k, "value": float(v), "unit": u} for k, (v, u) in per_seed.items()]
+        for r in range(run):
+            step = (r + 1) * tcfg.eval_every
+            rows.append({**base, "seed": seed, "metric": "curve_train_loss", "value": float(tr["train_loss"][i, r]),
+                         "unit": "%", "step": step})
+            rows.append({**base, "seed": seed, "metric": "curve_val_mae_masked",
+                         "value": float(tr["val_mae_masked"][i, r]), "unit": "%", "step": step})
+    return rows
+
+
 def best_of_rows(rows: list[dict[str, Any]], best_of: list[str]) -> list[dict[str, Any]]:
-    """Rows of policy ``best_sota``: per setting, a copy of the rows of the ``best_of`` policy with the lowest
-    mean averaged masked MAE (the strongest competitor there, picked on the test metric itself)."""
+    """Rows of policy ``best_sota``: per setting, a copy of the rows (test metrics and training gates) of the
+    ``best_of`` policy with the lowest mean (over seeds) masked MAE on the *validation* windows
+    (``val_mae_masked``, the early-stopping score): the strongest competitor there, picked without looking at
+    the test windows."""
     out = []
     settings = sorted({r["setting"] for r in rows})
     for st in settings:
@@ -444,10 +527,7 @@ def best_of_rows(rows: list[dict[str, Any]], best_of: list[str]) -> list[dict[st
             v = [
                 r["value"]
                 for r in rows
-                if r["setting"] == st
-                and r["policy"] == pol
-                and r["metric"] == "mae_masked"
-                and r["horizon"] == "avg"
+                if r["setting"] == st and r["policy"] == pol and r["metric"] == "val_mae_masked"
             ]
             if v:
                 cand[pol] = float(np.mean(v))
@@ -457,6 +537,6 @@ def best_of_rows(rows: list[dict[str, Any]], best_of: list[str]) -> list[dict[st
         out += [
             {**r, "policy": "best_sota", "picked": pick}
             for r in rows
-            if r["setting"] == st and r["policy"] == pick and r["metric"] in METRICS
+            if r["setting"] == st and r["policy"] == pick and (r["metric"] in METRICS or r["metric"] in GATES)
         ]
     return out

@@ -17,7 +17,7 @@ import numpy as np
 from common.graph.dense import correlation_adjacency
 from papers.evogwp import models
 from papers.evogwp.arrays import Context
-from papers.evogwp.evolution import EvolutionConfig, evolution_graph, link_threshold
+from papers.evogwp.evolution import EvolutionConfig, evolution_graph, graph_stats, link_threshold
 from papers.evogwp.schemas import NEURAL, EvoGWPHP
 from papers.evogwp.shapelets import ShapeletConfig, Shapelets, fit_shapelets, segment_distances
 
@@ -123,6 +123,23 @@ class EvoInputs:
         adj = evolution_graph(sd, self.theta, self.evolution)
         return {"sdist": ((sd - self.sd_mean) / self.sd_std).astype(np.float32), "adj": adj}
 
+    def diagnostics(self, adj: np.ndarray, sdist: np.ndarray) -> dict[str, float]:
+        """What the graph and the shapelets look like: :func:`~papers.evogwp.evolution.graph_stats` of ``adj``,
+        how many distinct shapelets are some workload's nearest (``shapelet_distinct_nearest``, of K), the
+        smallest pseudo-label class and the separation scores of the kept shapelets."""
+        out = graph_stats(adj)
+        sizes = np.bincount(self.shapelets.labels)
+        out.update(
+            {
+                "shapelet_distinct_nearest": float(np.unique(np.asarray(sdist).argmin(-1)).size),
+                "shapelet_classes": float(sizes.size),
+                "shapelet_min_class_size": float(sizes.min()),
+                "shapelet_score_max": float(np.max(self.shapelets.score)),
+                "shapelet_score_mean": float(np.mean(self.shapelets.score)),
+            }
+        )
+        return out
+
 
 def shapelet_config(hp: EvoGWPHP, period: int) -> ShapeletConfig:
     if period % hp.segments_per_day:
@@ -132,6 +149,8 @@ def shapelet_config(hp: EvoGWPHP, period: int) -> ShapeletConfig:
         seg_len=period // hp.segments_per_day,
         candidates_per_shapelet=hp.candidates_per_shapelet,
         num_classes=hp.num_classes,
+        min_class_size=hp.min_class_size,
+        score=hp.shapelet_score,
         max_samples=hp.shapelet_samples,
         steps=hp.shapelet_steps if hp.learn_importance else 0,
     )
@@ -144,7 +163,7 @@ def fit_evo_inputs(
     cfg = shapelet_config(hp, period)
     shp = fit_shapelets(values_std, period, train_end, cfg, seed)
     sd_train = segment_distances(shp, values_std[:train_end])
-    evo = EvolutionConfig(hp.link_percentile, 0.01, hp.top_shapelets, hp.top_workloads)
+    evo = EvolutionConfig(hp.link_percentile, 0.01, hp.top_shapelets, hp.top_transitions, hp.edge_fraction)
     sd_std = float(sd_train.std())
     return EvoInputs(
         shp,

@@ -96,12 +96,15 @@ class EvoGWPHP:
     num_shapelets: int = 32
     candidates_per_shapelet: int = 10
     num_classes: int = 4
+    min_class_size: int = 3  # pseudo-label classes have >= this many entities
+    shapelet_score: str = "hellinger"  # hellinger (bounded, ours) | kl (the authors')
     learn_importance: bool = True  # False: w = u = 1 (plain Euclidean shapelets), ablation
     shapelet_steps: int = 150
     shapelet_samples: int = 768
     link_percentile: float = 80.0
-    top_shapelets: int = 10
-    top_workloads: int = 10
+    top_shapelets: int = 3  # a workload's pattern = its nearest shapelets
+    top_transitions: int = 3  # successors kept per shapelet in the transition matrix
+    edge_fraction: float = 0.1  # out-edges kept per workload: ceil(edge_fraction (N - 1))
     graph_threshold: float = 0.1  # for graph = static
 
     def __post_init__(self) -> None:
@@ -178,9 +181,11 @@ class TrainParams:
     lr_milestones: list[float] = field(default_factory=lambda: [0.6, 0.85])  # fractions of steps
     lr_gamma: float = 0.1
     clip_norm: float = 1.0
-    eval_every: int = 50  # validation (early-stopping selection) period
+    eval_every: int = 50  # validation period (one evaluation round)
     val_windows: int = 48
     cl_decay_steps: float = 75.0  # scheduled sampling k
+    patience: int = 4  # early stopping: rounds in a row without a relative improvement > min_delta
+    min_delta: float = 0.002  # relative; also the plateau tolerance of the ``converged`` gate
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.eval_every < 1 or self.val_windows < 1:
@@ -191,6 +196,8 @@ class TrainParams:
             )
         if self.lr <= 0 or self.clip_norm <= 0 or self.cl_decay_steps <= 0:
             raise ValueError("train: lr, clip_norm and cl_decay_steps must be > 0")
+        if self.patience < 1 or not 0 <= self.min_delta < 1:
+            raise ValueError("train: patience must be >= 1 and min_delta in [0, 1)")
 
 
 @dataclass

@@ -13,13 +13,22 @@ no alignment search, and vectorises to three matrix products, so candidates are 
 
 Candidates: for each segment position, ``C / S`` segments chosen by greedy farthest-point selection among the
 training segments at that position (``C = 10 K``). Each candidate's ``(w, u)`` is learned with Adam to
-maximise the KL divergence between the class-conditional Gaussian fits of its standardised distances (one
+maximise a separation score between the class-conditional Gaussian fits of its standardised distances (one
 class against the rest, averaged over classes), with penalties ``0.1 ||w|| / L + 0.05 ||u|| / S``; the ``K``
 best are kept.
 
+Separation score: the authors maximise the KL divergence. With a variance floor of ``1e-3`` and classes of one
+or two entities, a candidate close to a single entity's days gets a tiny class variance and a KL in the hundreds
+(310-414 on Azure): the selection then fingerprints individual VMs. [ours] The default ``score = "hellinger"``
+is the squared Hellinger distance between the two Gaussians, bounded in [0, 1], with a variance floor of
+``var_floor`` (relative: the distances are standardised, so the overall variance is 1); ``score = "kl"`` keeps
+the authors' KL (same floor).
+
 The class labels are **pseudo-labels** (our design; the authors' CSV carries a label we do not have): k-means
 on the entities' mean daily profiles over the training days (each profile z-normalised, so the clusters are
-daily *shapes*), and every sample inherits its entity's cluster.
+daily *shapes*), and every sample inherits its entity's cluster. [ours] Classes smaller than
+``min_class_size`` entities are dissolved (their members join the nearest remaining centre, and the centres are
+refitted) until every class has at least that many entities, so no class is one VM's fingerprint.
 """
 
 from __future__ import annotations
@@ -38,6 +47,9 @@ class ShapeletConfig:
     seg_len: int = 24  # L (steps); must divide the daily period
     candidates_per_shapelet: int = 10  # C = 10 K
     num_classes: int = 4  # k of the k-means pseudo-labels
+    min_class_size: int = 3  # entities per pseudo-label class (smaller classes are dissolved)
+    score: str = "hellinger"  # hellinger (bounded, ours) | kl (the authors')
+    var_floor: float = 0.05  # class-variance floor, relative to the overall (standardised) variance
     max_samples: int = 768  # entity-days used to score candidates
     steps: int = 150  # Adam steps on (w, u); 0 keeps w = u = 1 (no importance learning)
     lr: float = 0.01
@@ -53,11 +65,15 @@ class ShapeletConfig:
             raise ValueError(f"shapelets.steps must be >= 0 (0 = keep w = u = 1), got {self.steps}")
         if self.lr <= 0 or self.tau <= 0 or self.penalty_w < 0 or self.penalty_u < 0:
             raise ValueError("shapelets: lr and tau must be > 0 and penalties >= 0")
+        if self.score not in ("hellinger", "kl"):
+            raise ValueError(f"shapelets.score must be hellinger or kl, got {self.score!r}")
+        if self.var_floor <= 0:
+            raise ValueError(f"shapelets.var_floor must be > 0, got {self.var_floor}")
 
 
 @dataclass(frozen=True)
 class Shapelets:
-    """``v, w: [K, L]``, ``u: [K, S]``, ``score: [K]`` (KL of the kept candidates), ``labels: [N]``
+    """``v, w: [K, L]``, ``u: [K, S]``, ``score: [K]`` (separation of the kept candidates), ``labels: [N]``
     pseudo-labels."""
 
     v: np.ndarray
@@ -137,8 +153,39 @@ def daily_profiles(values: np.ndarray, period: int, end: int) -> np.ndarray:
     return np.where(sd > 1e-9, (prof - prof.mean(1, keepdims=True)) / np.where(sd > 1e-9, sd, 1.0), 0.0)
 
 
-def pseudo_labels(values: np.ndarray, period: int, end: int, k: int, seed: int = 0) -> np.ndarray:
-    return kmeans(daily_profiles(values, period, end), k, seed)
+def enforce_min_class_size(x: np.ndarray, labels: np.ndarray, min_size: int, iters: int = 20) -> np.ndarray:
+    """Dissolve the smallest class while any class has fewer than ``min_size`` members: its members join the
+    nearest remaining centre, then a few Lloyd steps refit the centres. Labels are renumbered 0..k'-1; with
+    fewer than ``2 min_size`` points everything is one class."""
+    x = np.asarray(x, dtype=np.float64)
+    lab = np.unique(np.asarray(labels), return_inverse=True)[1].astype(np.int32)
+    if x.shape[0] < 2 * min_size:
+        return np.zeros(x.shape[0], np.int32)
+    while True:
+        sizes = np.bincount(lab)
+        if sizes.min() >= min_size or sizes.size == 1:
+            return lab
+        drop = int(sizes.argmin())
+        centres = np.stack([x[lab == c].mean(0) for c in range(sizes.size) if c != drop])
+        lab = np.unique(_nearest(x, centres), return_inverse=True)[1].astype(np.int32)
+        for _ in range(iters):  # Lloyd steps from the remaining centres (stop before a class empties)
+            centres = np.stack([x[lab == c].mean(0) for c in range(int(lab.max()) + 1)])
+            new = _nearest(x, centres)
+            if np.array_equal(new, lab) or np.bincount(new, minlength=centres.shape[0]).min() == 0:
+                break
+            lab = new
+        lab = np.unique(lab, return_inverse=True)[1].astype(np.int32)
+
+
+def _nearest(x: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    return ((x[:, None, :] - centres[None]) ** 2).sum(-1).argmin(1).astype(np.int32)
+
+
+def pseudo_labels(
+    values: np.ndarray, period: int, end: int, k: int, seed: int = 0, min_class_size: int = 1
+) -> np.ndarray:
+    prof = daily_profiles(values, period, end)
+    return enforce_min_class_size(prof, kmeans(prof, k, seed), min_class_size)
 
 
 # ------------------------------------------------------------------------------------------------ distances
@@ -161,19 +208,40 @@ def sample_distance(v, w, u, segs, tau: float) -> jax.Array:
     return -tau * jax.nn.logsumexp(-a / tau, axis=-1)
 
 
-def kl_score(dist: jax.Array, onehot: jax.Array) -> jax.Array:
-    """Mean over classes of KL(N(class) || N(rest)) of the standardised distances ``[M]``; ``onehot: [M,
-    k]``."""
+def _class_fits(dist: jax.Array, onehot: jax.Array, var_floor: float):
     z = (dist - dist.mean()) / (dist.std() + 1e-6)
     n_c = onehot.sum(0)
     n_o = onehot.shape[0] - n_c
     mu_c = (onehot * z[:, None]).sum(0) / jnp.maximum(n_c, 1)
     mu_o = ((1 - onehot) * z[:, None]).sum(0) / jnp.maximum(n_o, 1)
-    var_c = (onehot * (z[:, None] - mu_c) ** 2).sum(0) / jnp.maximum(n_c, 1) + 1e-3
-    var_o = ((1 - onehot) * (z[:, None] - mu_o) ** 2).sum(0) / jnp.maximum(n_o, 1) + 1e-3
-    kl = 0.5 * jnp.log(var_o / var_c) + (var_c + (mu_c - mu_o) ** 2) / (2 * var_o) - 0.5
+    var_c = (onehot * (z[:, None] - mu_c) ** 2).sum(0) / jnp.maximum(n_c, 1) + var_floor
+    var_o = ((1 - onehot) * (z[:, None] - mu_o) ** 2).sum(0) / jnp.maximum(n_o, 1) + var_floor
     valid = (n_c >= 2) & (n_o >= 2)
+    return mu_c, mu_o, var_c, var_o, valid
+
+
+def kl_score(dist: jax.Array, onehot: jax.Array, var_floor: float = 1e-3) -> jax.Array:
+    """Mean over classes of |KL(N(class) || N(rest))| of the standardised distances ``[M]``; ``onehot: [M,
+    k]`` (the authors' score; unbounded: a near-constant class makes it explode unless ``var_floor`` is
+    large)."""
+    mu_c, mu_o, var_c, var_o, valid = _class_fits(dist, onehot, var_floor)
+    kl = 0.5 * jnp.log(var_o / var_c) + (var_c + (mu_c - mu_o) ** 2) / (2 * var_o) - 0.5
     return jnp.where(valid, jnp.abs(kl), 0.0).sum() / jnp.maximum(valid.sum(), 1)
+
+
+def hellinger_score(dist: jax.Array, onehot: jax.Array, var_floor: float = 0.05) -> jax.Array:
+    """Mean over classes of the squared Hellinger distance between N(class) and N(rest) of the standardised
+    distances, in [0, 1] (0: identical fits; 1: disjoint)."""
+    mu_c, mu_o, var_c, var_o, valid = _class_fits(dist, onehot, var_floor)
+    s2 = var_c + var_o
+    h2 = 1.0 - jnp.sqrt(2.0 * jnp.sqrt(var_c * var_o) / s2) * jnp.exp(-((mu_c - mu_o) ** 2) / (4.0 * s2))
+    return jnp.where(valid, h2, 0.0).sum() / jnp.maximum(valid.sum(), 1)
+
+
+def separation_score(dist: jax.Array, onehot: jax.Array, cfg: "ShapeletConfig") -> jax.Array:
+    if cfg.score == "kl":
+        return kl_score(dist, onehot, cfg.var_floor)
+    return hellinger_score(dist, onehot, cfg.var_floor)
 
 
 # ------------------------------------------------------------------------------------------------ candidates
@@ -211,7 +279,7 @@ def fit_shapelets(
 ) -> Shapelets:
     """Learn ``cfg.num_shapelets`` shapelets from the training part of a standardised, gap-filled
     ``[T, N]``."""
-    labels = pseudo_labels(values_std, period, train_end, cfg.num_classes, seed)
+    labels = pseudo_labels(values_std, period, train_end, cfg.num_classes, seed, cfg.min_class_size)
     segs, ent = day_segments(values_std, period, cfg.seg_len, train_end)
     rng = np.random.default_rng(seed)
     if segs.shape[0] > cfg.max_samples:
@@ -244,7 +312,7 @@ def _learn(cands: jax.Array, segs: jax.Array, onehot: jax.Array, cfg: ShapeletCo
 
     def scores(w, u):
         d = sample_distance(cands, w, u, segs, cfg.tau)  # [C, M]
-        return jax.vmap(kl_score, in_axes=(0, None))(d, onehot)
+        return jax.vmap(lambda di: separation_score(di, onehot, cfg))(d)
 
     def loss(p):
         w, u = p

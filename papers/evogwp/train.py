@@ -8,7 +8,9 @@ cut the same loop into equal jitted chunks so that long trainings checkpoint and
 Each step samples a batch of training windows, computes the masked MAE in the data's units (targets that are
 gaps or exactly 0 are dropped, as in the authors' code), clips the gradient norm and applies Adam with a
 multi-step learning-rate decay. After every round the validation masked MAE (no teacher forcing) is computed
-and the best parameters so far are kept: early stopping as a selection, so the loop keeps a fixed shape.
+and the best parameters so far are kept; after ``patience`` rounds without a relative improvement of
+``min_delta`` the run stops (its state is frozen, so the loop keeps a fixed shape; once every seed has stopped
+the remaining rounds cost nothing).
 
 ``make_predict(build, P, Q, context)`` returns ``predict(params, arrays, origins) -> [W, Q, N]`` forecasts in
 the data's units, batched with ``lax.map``.
@@ -20,6 +22,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
@@ -78,14 +81,42 @@ def num_chunks(total: int, most: int = 10) -> int:
     return max(c for c in range(1, min(most, max(total, 1)) + 1) if total % c == 0)
 
 
+def improved(val: jax.Array, best_val: jax.Array, min_delta: float) -> jax.Array:
+    """Whether ``val`` improves on ``best_val`` by more than the relative ``min_delta`` (the patience rule)."""
+    return val < best_val * (1.0 - min_delta)
+
+
+def early_stopping_update(es, params, val, patience: int, min_delta: float):
+    """One evaluation of early stopping: ``es = (best_params, best_val, bad_rounds, stopped)``.
+
+    Keeps ``params`` as the best when ``val < best_val``; counts a round as bad unless it improves on the best
+    by more than the relative ``min_delta``; stops after ``patience`` bad rounds in a row. A stopped ``es`` no
+    longer changes (later evaluations are ignored)."""
+    best, best_val, bad, stopped = es
+    better = val < best_val
+    new_best = jax.tree.map(lambda a, b: jnp.where(better, a, b), params, best)
+    new_bad = jnp.where(improved(val, best_val, min_delta), 0, bad + 1)
+    out = (new_best, jnp.minimum(val, best_val), new_bad, new_bad >= patience)
+    return jax.tree.map(lambda f, o: jnp.where(stopped, f, o), es, out)
+
+
 def make_train(build: Build, input_len: int, horizon: int, cfg: TrainParams, context: Context | None = None):
     """``train(key, arrays, train_origins, n_train, val_origins) -> (best_params, curves)`` in one ``lax.scan``.
 
+    Early stopping (the same rule for every learned model): after every round of ``eval_every`` steps the
+    validation masked MAE is computed; the parameters with the lowest one so far are kept (and returned); a
+    round that does not improve the best by more than the relative ``min_delta`` counts against ``patience``,
+    and after ``patience`` such rounds in a row training stops: the parameters, optimiser state and curves are
+    frozen for the remaining rounds (``stop_round`` records when). ``curves`` holds per round the mean training
+    loss, the validation masked MAE and whether the run was still training, plus ``best_val``, ``stopped`` and
+    ``rounds_run``.
+
     The same loop is exposed in resumable pieces, for :func:`common.repro.checkpoint.run_chunked`:
-    ``train.start(key, ...) -> state``, ``train.advance(state, ..., rounds) -> (state, (train_loss, val_mae))``
-    (``rounds`` evaluation rounds of ``eval_every`` steps each) and ``train.finish(state, curves) -> (best, curves)``;
-    ``train.rounds`` is the total number of evaluation rounds. Advancing ``rounds`` in any number of equal pieces
-    computes exactly what one ``train`` call does.
+    ``train.start(key, ...) -> state``, ``train.advance(state, ..., rounds) -> (state, (train_loss, val_mae,
+    active))`` (``rounds`` evaluation rounds of ``eval_every`` steps each) and ``train.finish(state, curves) ->
+    (best, curves)``; ``train.rounds`` is the total number of evaluation rounds. Advancing ``rounds`` in any
+    number of equal pieces computes exactly what one ``train`` call does. ``train.advance_seeds`` is
+    ``advance`` over a leading seed axis that skips a round's computation once every seed has stopped.
     """
     tx, loss_fn, step = make_step(build, input_len, horizon, cfg, context)
     rounds = cfg.steps // cfg.eval_every
@@ -93,29 +124,55 @@ def make_train(build: Build, input_len: int, horizon: int, cfg: TrainParams, con
     def start(key, arrays, train_origins, n_train, val_origins):
         k_init, k_loop = jax.random.split(key)
         params = init_params(build, k_init)
-        return ((params, tx.init(params), k_loop), params, jnp.asarray(jnp.inf, jnp.float32), jnp.asarray(0, jnp.int32))
+        z = jnp.asarray(0, jnp.int32)
+        inf = jnp.asarray(jnp.inf, jnp.float32)
+        # (train carry, best params, best val, rounds without improvement, stopped, last (loss, val), round)
+        return ((params, tx.init(params), k_loop), params, inf, z, jnp.asarray(False), (inf, inf), z)
+
+    def one_round(state, arrays, train_origins, n_train, val_batch):
+        carry, best, best_val, bad, stopped, last, c = state
+        new_carry, losses = jax.lax.scan(
+            lambda cr, i: step(cr, i, arrays, train_origins, n_train),
+            carry,
+            c * cfg.eval_every + jnp.arange(cfg.eval_every),
+        )
+        val = loss_fn(new_carry[0], val_batch, arrays, 0.0, None)
+        es = early_stopping_update((best, best_val, bad, stopped), new_carry[0], val, cfg.patience, cfg.min_delta)
+        out = (new_carry, *es[:3], es[3], (losses.mean(), val), c + 1)
+        frozen = (carry, best, best_val, bad, stopped, last, c + 1)
+        nxt = jax.tree.map(lambda f, o: jnp.where(stopped, f, o), frozen, out)
+        return nxt, (*nxt[5], ~stopped)
 
     def advance(state, arrays, train_origins, n_train, val_origins, rounds):
         val_batch = gather(arrays, val_origins, input_len, horizon, context)
+        return jax.lax.scan(
+            lambda s, _: one_round(s, arrays, train_origins, n_train, val_batch), state, None, length=rounds
+        )
 
-        def one_round(carry, _):
-            (p, st, k), best, best_val, c = carry
-            (p, st, k), losses = jax.lax.scan(
-                lambda cr, i: step(cr, i, arrays, train_origins, n_train),
-                (p, st, k),
-                c * cfg.eval_every + jnp.arange(cfg.eval_every),
-            )
-            val = loss_fn(p, val_batch, arrays, 0.0, None)
-            better = val < best_val
-            best = jax.tree.map(lambda a, b: jnp.where(better, a, b), p, best)
-            return ((p, st, k), best, jnp.where(better, val, best_val), c + 1), (losses.mean(), val)
+    def advance_seeds(states, arrays, train_origins, n_train, val_origins, rounds):
+        val_batch = gather(arrays, val_origins, input_len, horizon, context)
+        batched = jax.vmap(lambda s: one_round(s, arrays, train_origins, n_train, val_batch))
 
-        return jax.lax.scan(one_round, state, None, length=rounds)
+        def skip(s):  # every seed has stopped: nothing changes but the round counter
+            return (*s[:-1], s[-1] + 1), (*s[5], jnp.zeros_like(s[4]))
+
+        def body(s, _):
+            return jax.lax.cond(jnp.all(s[4]), skip, batched, s)
+
+        states, m = jax.lax.scan(body, states, None, length=rounds)
+        return states, jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), m)  # [seeds, rounds] like vmap(advance)
 
     def finish(state, curves):
-        _, best, best_val, _ = state
-        train_curve, val_curve = curves
-        return best, {"train_loss": train_curve, "val_mae_masked": val_curve, "best_val": best_val}
+        _, best, best_val, _, stopped, _, _ = state
+        train_curve, val_curve, active = curves
+        return best, {
+            "train_loss": train_curve,
+            "val_mae_masked": val_curve,
+            "active": active,
+            "best_val": best_val,
+            "stopped": stopped,
+            "rounds_run": active.sum(-1),
+        }
 
     def train(key, arrays, train_origins, n_train, val_origins):
         state = start(key, arrays, train_origins, n_train, val_origins)
@@ -123,7 +180,19 @@ def make_train(build: Build, input_len: int, horizon: int, cfg: TrainParams, con
         return finish(state, curves)
 
     train.start, train.advance, train.finish, train.rounds = start, advance, finish, rounds
+    train.advance_seeds = advance_seeds
     return train
+
+
+def plateaued(val_curve, rounds_run: int, patience: int, tol: float) -> bool:
+    """Whether a validation curve stopped improving within its budget: the best of its last ``patience``
+    evaluated rounds is not better than the best before them by more than the relative ``tol``. A run that
+    early-stopped satisfies this by construction (with ``tol`` = the stopping ``min_delta``)."""
+    v = np.asarray(val_curve, dtype=np.float64)[: int(rounds_run)]
+    if v.size <= patience:
+        return False
+    before, last = v[:-patience].min(), v[-patience:].min()
+    return bool(last >= before * (1.0 - tol))
 
 
 def make_predict(

@@ -39,7 +39,7 @@ HP = {
         "shapelet_steps": 3,
         "shapelet_samples": 16,
         "top_shapelets": 2,
-        "top_workloads": 2,
+        "min_class_size": 1,
     },
     "dcrnn": {"hidden": 4},
     "dlinear": {"kernel": 5},

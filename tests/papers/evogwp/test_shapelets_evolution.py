@@ -6,14 +6,24 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from papers.evogwp.evolution import EvolutionConfig, evolution_graph, project, transition_matrix
+from papers.evogwp.evolution import (
+    EvolutionConfig,
+    evolution_graph,
+    graph_stats,
+    project,
+    sparsify_rows,
+    transition_matrix,
+)
 from papers.evogwp.shapelets import (
     ShapeletConfig,
     Shapelets,
     farthest_points,
+    enforce_min_class_size,
     fit_shapelets,
+    hellinger_score,
     kl_score,
     kmeans,
+    pseudo_labels,
     sample_distance,
     segment_distances,
     weighted_sq_dist,
@@ -116,21 +126,101 @@ def test_transition_matrix_known_answer_and_self_loops():
     np.testing.assert_allclose(t[2], [0.0, 0.0, 1.0])  # empty row -> self-loop
 
 
-def test_project_links_workloads_through_shared_and_transiting_shapelets():
-    d_src = jnp.asarray([[0.0, 9.0], [0.0, 9.0], [9.0, 0.0]])  # workloads 0, 1 near shapelet 0; 2 near 1
+def test_project_links_workloads_through_transitions_only():
+    # workloads 0, 1 near shapelet 0; workload 2 near shapelet 1; everything moves 0 -> 1
+    d_src = jnp.asarray([[0.0, 9.0], [0.0, 9.0], [9.0, 0.0]])
     d_dst = d_src
-    tmat = jnp.asarray([[0.0, 1.0], [0.0, 1.0]])  # everything moves to shapelet 1
-    adj = np.asarray(project(d_src, d_dst, tmat, top_shapelets=1, top_workloads=1))
+    tmat = jnp.asarray([[0.0, 1.0], [0.0, 1.0]])
+    adj = np.asarray(project(d_src, d_dst, tmat, top_shapelets=1, edges_per_node=2))
     assert adj.shape == (3, 3) and np.all(adj >= 0) and np.all(np.diag(adj) == 0)
-    assert adj[0, 1] > 0 and adj[1, 0] > 0  # share shapelet 0
-    assert adj[0, 2] > 0  # nodes(0) at g-1 -> nodes(1) at g
+    assert adj[0, 2] > 0 and adj[1, 2] > 0  # shapelet 0 (0, 1 at g-1) -> shapelet 1 (2 at g)
+    assert adj[0, 1] == 0 and adj[1, 0] == 0  # sharing shapelet 0 alone is no longer an edge
+    assert adj[2, 0] == 0 and adj[2, 1] == 0  # nothing moves 1 -> 0
+
+
+def test_sparsify_rows_keeps_the_k_largest_per_row():
+    a = jnp.asarray([[5.0, 1.0, 2.0, 3.0], [1.0, 0.0, 0.0, 0.0], [4.0, 3.0, 9.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    out = np.asarray(sparsify_rows(a, 2))
+    np.testing.assert_array_equal(out[0], [0.0, 0.0, 2.0, 3.0])  # diagonal dropped first
+    np.testing.assert_array_equal(out[1], [1.0, 0.0, 0.0, 0.0])  # zeros never become edges
+    np.testing.assert_array_equal(out[2], [4.0, 3.0, 0.0, 0.0])
+    np.testing.assert_array_equal(out[3], 0.0)
+
+
+def _uniform_patterns(g=6, n=24, k=10, seed=0):
+    """The degenerate case the old projection turned into a complete graph: every workload close to the same
+    few shapelets, small random differences."""
+    rng = np.random.default_rng(seed)
+    base = np.linspace(0.2, 3.0, k)
+    return (base[None, None, :] + rng.uniform(0, 0.3, (g, n, k))).astype(np.float32)
+
+
+def test_evolution_graph_is_sparse_even_when_every_workload_shares_its_shapelets():
+    sd = _uniform_patterns()
+    cfg = EvolutionConfig(top_shapelets=3, top_transitions=3, edge_fraction=0.1)
+    adj = evolution_graph(sd, float(np.percentile(sd, 80)), cfg)
+    st = graph_stats(adj)
+    assert st["graph_density"] < 0.5, st
+    assert st["graph_density"] <= cfg.edges_per_node(24) / 23 + 1e-9
+    assert st["graph_row_entropy"] < 0.6, st  # not a uniform average over the other workloads
+    # every row has its k out-edges
+    assert np.all((adj[1:] > 0).sum(-1) == cfg.edges_per_node(24))
+
+
+def test_graph_stats_flag_a_complete_graph():
+    n = 10
+    full = np.ones((3, n, n)) - np.eye(n)
+    st = graph_stats(full)
+    assert st["graph_density"] == pytest.approx(1.0)
+    assert st["graph_row_entropy"] == pytest.approx(1.0)
+    assert st["graph_degree_entropy"] == pytest.approx(1.0)
+    assert st["graph_edge_persistence"] == pytest.approx(1.0)
+    star = np.zeros((2, n, n))
+    star[:, 1:, 0] = 1.0  # everyone points at workload 0: one hub
+    s2 = graph_stats(star)
+    assert s2["graph_density"] == pytest.approx((n - 1) / (n * (n - 1)))
+    assert s2["graph_degree_entropy"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_evolution_graph_shapes_and_first_transition():
     rng = np.random.default_rng(3)
     sd = rng.uniform(size=(5, 4, 3)).astype(np.float32)
-    adj = evolution_graph(sd, 0.8, EvolutionConfig(top_shapelets=2, top_workloads=2))
+    adj = evolution_graph(sd, 0.8, EvolutionConfig(top_shapelets=2, top_transitions=2, edge_fraction=0.5))
     assert adj.shape == (5, 4, 4)
     np.testing.assert_array_equal(adj[0], 0.0)
     assert np.all(adj >= 0) and np.all(adj[:, np.arange(4), np.arange(4)] == 0)
     assert adj[1:].sum() > 0
+
+
+def test_min_class_size_dissolves_tiny_classes():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(0, 0.1, (6, 2)), rng.normal(5, 0.1, (6, 2)), [[20.0, 20.0]]])
+    lab = np.r_[np.zeros(6), np.ones(6), [2]].astype(np.int32)  # a one-member class
+    out = enforce_min_class_size(x, lab, 3)
+    assert np.bincount(out).min() >= 3 and np.unique(out).size == 2
+    assert len(set(out[:6])) == 1 and len(set(out[6:12])) == 1 and out[0] != out[6]
+    np.testing.assert_array_equal(enforce_min_class_size(x, lab, 1), lab)  # nothing to do
+    assert np.unique(enforce_min_class_size(x[:5], lab[:5], 3)).size == 1  # too few points: one class
+
+
+def test_pseudo_labels_respect_the_minimum_class_size():
+    x = _two_shape_series(n=9)
+    x[:, 8] = np.cos(np.arange(x.shape[0]) * 2 * np.pi / 6)  # one odd entity k-means would isolate
+    lab = pseudo_labels(x, 24, 5 * 24, k=4, min_class_size=3)
+    assert np.bincount(lab).min() >= 3
+
+
+def test_hellinger_score_is_bounded_where_kl_explodes():
+    onehot = jnp.asarray(np.concatenate([np.repeat([[1.0, 0.0]], 2, 0), np.repeat([[0.0, 1.0]], 38, 0)]))
+    rng = np.random.default_rng(1)
+    # a "fingerprint": a two-sample class at one exact distance, far from the rest
+    d = jnp.asarray(np.r_[[3.0, 3.0], rng.normal(0, 1, 38)])
+    assert float(kl_score(d, onehot)) > 50  # the authors' score with its 1e-3 floor
+    h = float(hellinger_score(d, onehot))
+    assert 0.0 <= h <= 1.0
+    # still ranks separated classes above mixed ones
+    oh2 = jnp.asarray(np.repeat(np.eye(2), 20, axis=0))
+    mixed = jnp.asarray(rng.normal(size=40))
+    apart = jnp.asarray(np.concatenate([rng.normal(0, 1, 20), rng.normal(6, 1, 20)]))
+    assert float(hellinger_score(apart, oh2)) > 5 * float(hellinger_score(mixed, oh2))
+    assert float(hellinger_score(apart, oh2)) <= 1.0

@@ -110,3 +110,78 @@ def test_training_in_checkpointed_chunks_equals_one_scan_and_resumes_bit_identic
         np.testing.assert_array_equal(b, c)
     np.testing.assert_allclose(curves1["val_mae_masked"], curves2["val_mae_masked"], rtol=1e-6)
     np.testing.assert_array_equal(curves2["val_mae_masked"], curves3["val_mae_masked"])
+
+
+# ------------------------------------------------------------------------------------------ early stopping
+
+
+def test_early_stopping_keeps_the_best_and_ignores_evaluations_after_the_stop():
+    from papers.evogwp.train import early_stopping_update
+
+    # a hand-made validation curve; the "parameters" of round r are r itself
+    curve = [5.0, 4.0, 3.0, 3.1, 3.05, 2.999, 3.2, 3.3, 1.0]
+    es = ({"w": jnp.float32(-1)}, jnp.float32(jnp.inf), jnp.int32(0), jnp.asarray(False))
+    stops = []
+    for r, v in enumerate(curve):
+        es = early_stopping_update(es, {"w": jnp.float32(r)}, jnp.float32(v), patience=3, min_delta=0.01)
+        stops.append(bool(es[3]))
+    # 3.1, 3.05, 2.999 do not improve 3.0 by > 1 %: stopped after round 5; 2.999 is still the best kept
+    assert stops == [False] * 5 + [True] * 4
+    assert float(es[0]["w"]) == 5.0 and float(es[1]) == pytest.approx(2.999)
+    # the 1.0 after the stop is never seen; with a larger patience it would have been kept
+    es2 = ({"w": jnp.float32(-1)}, jnp.float32(jnp.inf), jnp.int32(0), jnp.asarray(False))
+    for r, v in enumerate(curve):
+        es2 = early_stopping_update(es2, {"w": jnp.float32(r)}, jnp.float32(v), patience=10, min_delta=0.01)
+    assert float(es2[0]["w"]) == 8.0 and not bool(es2[3])
+
+
+def test_plateau_rule_of_the_converged_gate():
+    from papers.evogwp.train import plateaued
+
+    assert plateaued([3.0, 2.0, 1.5, 1.5, 1.499, 1.51], 6, patience=3, tol=0.01)  # flat for the last 3 rounds
+    assert not plateaued([3.0, 2.0, 1.5, 1.4, 1.3, 1.2], 6, patience=3, tol=0.01)  # still falling
+    assert not plateaued([3.0, 2.0], 2, patience=3, tol=0.01)  # too short to tell
+    # only the rounds actually run count (a frozen tail after early stopping is ignored)
+    assert plateaued([3.0, 1.0, 1.0, 1.0, 1.0, 9.0, 0.1], 5, patience=3, tol=0.01)
+
+
+def test_training_gates_on_hand_made_curves():
+    from papers.evogwp.evaluate import training_gates
+
+    curves = {
+        "best_val": np.array([1.0, 1.3, 0.899]),
+        "stopped": np.array([True, False, False]),
+        "val_mae_masked": np.array([[2.0, 1.0, 1.0, 1.0], [2.0, 1.8, 1.5, 1.3], [1.0, 0.9, 0.9, 0.899]]),
+        "rounds_run": np.array([4, 4, 4]),
+    }
+    g = training_gates(curves, val_last_value=1.2, tcfg=TrainParams(patience=2, min_delta=0.01))
+    np.testing.assert_array_equal(g["converged"], [1.0, 0.0, 1.0])  # stopped / still falling / plateau
+    np.testing.assert_array_equal(g["beats_trivial"], [1.0, 0.0, 1.0])  # 1.3 is worse than last value's 1.2
+
+
+def test_early_stopping_in_the_loop_freezes_and_returns_the_best(setup):
+    build, arrays, tr, va, *_ = setup
+    # min_delta 0.9: no round can improve by 90 %, so the run stops after patience = 1 round past the first
+    cfg = TrainParams(steps=80, batch_size=8, lr=0.02, eval_every=10, val_windows=len(va), patience=1,
+                      min_delta=0.9)
+    train = make_train(build, P, Q, cfg)
+    args = (arrays, jnp.asarray(tr), jnp.int32(tr.size), jnp.asarray(va))
+    keys = jax.vmap(jax.random.key)(jnp.asarray([0, 1]))
+    params, curves = jax.jit(jax.vmap(train, in_axes=(0, None, None, None, None)))(keys, *args)
+    np.testing.assert_array_equal(np.asarray(curves["rounds_run"]), [2, 2])
+    assert np.all(np.asarray(curves["stopped"]))
+    val = np.asarray(curves["val_mae_masked"])
+    np.testing.assert_array_equal(val[:, 2:], val[:, 1:2].repeat(6, 1))  # frozen after the stop
+    np.testing.assert_allclose(np.asarray(curves["best_val"]), val[:, :2].min(1), rtol=1e-6)
+    predict = jax.vmap(make_predict(build, P, Q), in_axes=(0, None, None))
+    y = np.asarray(gather(arrays, jnp.asarray(va), P, Q)["y"])
+    err = np.abs(np.asarray(predict(params, arrays, jnp.asarray(va))) - y).mean(axis=(1, 2, 3))
+    np.testing.assert_allclose(err, val[:, :2].min(1), rtol=1e-4)  # the returned parameters are the best ones
+    # the seed-batched advance (which skips rounds once every seed has stopped) computes the same thing
+    state = jax.vmap(train.start, in_axes=(0, None, None, None, None))(keys, *args)
+    adv = jax.jit(lambda s: train.advance_seeds(s, *args, rounds=train.rounds))
+    state, hist = adv(state)
+    best, c2 = train.finish(state, hist)
+    np.testing.assert_allclose(np.asarray(c2["val_mae_masked"]), val, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(best), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
