@@ -57,6 +57,7 @@ from common.sim.cluster import (
     job_usage,
     jump_idle,
     place,
+    preempt,
     profile_tput,
     server_free,
     slot_attr,
@@ -65,7 +66,8 @@ from common.sim.cluster import (
 from papers.maifs.baselines import ModelDemand, best_demand
 
 LEVELS = ("minimal", "fair", "mid", "best")
-JOB_FEATURES = 14
+JOB_FEATURES = 16
+RUNNING_FEATURE = 14  # index of the "this entry is a running job (release option)" job feature
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,15 @@ class EnvConfig:
     makespan_weight: float = 2.0
     reward_scale: float = 100.0
     max_rounds: int = 50_000
+    num_short: int = 0  # candidate entries chosen by shortest remaining work (the rest: oldest pending)
+    num_running: int = 0  # R running jobs per agent whose lease it may release (0 = non-preemptive agents)
+    conflict_blocks: bool = True  # a failed pick blocks the agent until the next round
 
     def __post_init__(self) -> None:
         if self.num_agents < 1 or self.num_candidates < 1 or self.max_substeps < 1:
             raise ValueError("num_agents, num_candidates and max_substeps must be >= 1")
+        if not 0 <= self.num_short <= self.num_candidates or self.num_running < 0:
+            raise ValueError("need 0 <= num_short <= num_candidates and num_running >= 0")
         if self.round_s <= 0 or self.reward_scale <= 0 or self.makespan_weight < 0:
             raise ValueError("round_s and reward_scale must be > 0, makespan_weight >= 0")
 
@@ -92,6 +99,8 @@ class EnvState(NamedTuple):
     substep: jax.Array
     conflicts: jax.Array  # failed picks this episode
     decisions: jax.Array  # successful picks this episode
+    blocked: jax.Array  # [A] bool: the agent's pick failed this round; it waits for the next round
+    releases: jax.Array  # leases released (preemptions) this episode
 
 
 class MaifsEnv(MultiAgentEnv):
@@ -120,10 +129,34 @@ class MaifsEnv(MultiAgentEnv):
         return jax.tree.map(lambda x: x[w], self.windows)
 
     def candidates(self, sim: SimState) -> jax.Array:
-        """``[K]`` slots of the oldest pending jobs (``C`` = none); slot order is arrival order (C == N)."""
+        """``[K]`` pending slots (``C`` = none): the ``K - num_short`` oldest, then the ``num_short`` with the
+        least remaining work among the others (the queue a preemptive SRTF scan would look at first)."""
         c = sim.status.shape[0]
-        return jnp.nonzero(sim.status == PENDING, size=self.cfg.num_candidates, fill_value=c)[0].astype(
-            jnp.int32)
+        pend = sim.status == PENDING
+        k_old = self.cfg.num_candidates - self.cfg.num_short
+        old = jnp.nonzero(pend, size=k_old, fill_value=c)[0].astype(jnp.int32)
+        if not self.cfg.num_short:
+            return old
+        taken = jnp.zeros(c + 1, bool).at[old].set(True)[:c]
+        key = jnp.where(pend & ~taken, sim.remaining, jnp.inf)
+        order = jnp.argsort(key)[:self.cfg.num_short].astype(jnp.int32)
+        short = jnp.where(jnp.isfinite(key[order]), order, c)
+        return jnp.concatenate([old, short])
+
+    def running_slots(self, sim: SimState) -> jax.Array:
+        """``[A, R]`` running slots holding GPUs on each agent's servers, oldest first (``C`` = none)."""
+        c = sim.status.shape[0]
+        r = self.cfg.num_running
+        o = sim.occ.owner  # [S, G]
+        on = jnp.zeros((o.shape[0], c + 1), bool).at[jnp.arange(o.shape[0])[:, None], jnp.where(o >= 0, o, c)].set(
+            True)[:, :c]  # [S, C]
+        holds = ((self.group.astype(jnp.int32) @ on.astype(jnp.int32)) > 0) & (sim.status == RUNNING)[None]
+        return jax.vmap(lambda h: jnp.nonzero(h, size=r, fill_value=c)[0].astype(jnp.int32))(holds)
+
+    def _release_mask(self, sim: SimState, runc: jax.Array) -> jax.Array:
+        """``[A, R]`` release options: a running job, and some job is waiting for GPUs (else releasing is moot)."""
+        c = sim.status.shape[0]
+        return (runc < c) & (sim.status == PENDING).any()
 
     def _levels(self, model, gpus) -> jax.Array:
         """``[L, S, 2]`` per-GPU (cpu, mem) of each level on each server for a job."""
@@ -148,8 +181,12 @@ class MaifsEnv(MultiAgentEnv):
         lv = jnp.clip(level, 0, len(LEVELS) - 1)[None]
         return (jnp.take_along_axis(opts_c, lv, 0)[0], jnp.take_along_axis(opts_m, lv, 0)[0])
 
-    def _masks(self, sim: SimState, jobs: JobTable, cand: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """``fits[A, K]`` (minimal allocation, agent scope), ``one[A, K]`` (on one of its servers), job mask."""
+    def _masks(self, sim: SimState, jobs: JobTable, cand: jax.Array, blocked: jax.Array | None = None,
+               substep=None) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """``fits[A, K]`` (minimal allocation, agent scope), ``one[A, K]`` (on one of its servers), pick mask
+        ``[A, K + R + 1]``: placements that fit, lease releases (only at a lease boundary, substep 0, when no
+        placement fits, or whenever this agent has placements too), no-op only when nothing else is valid for
+        the agent. A blocked agent (its pick failed this round) may only no-op."""
         c = sim.status.shape[0]
         free = server_free(self.cl, sim.occ)
         ok = cand < c
@@ -161,13 +198,23 @@ class MaifsEnv(MultiAgentEnv):
         one = ((self.group * k[None])[:, None, :] >= g[None, :, None]).any(-1)  # [A, K]
         wide = g[None, :] > self.group_gpus[:, None]
         fits = jnp.where(wide, k.sum() >= g[None, :], per_agent[:, None] >= g[None, :]) & ok[None]
-        any_fit = fits.any(1, keepdims=True)
-        mask = jnp.concatenate([fits, ~any_fit], axis=1)
+        a = fits.shape[0]
+        blocked = jnp.zeros(a, bool) if blocked is None else blocked
+        fits = fits & ~blocked[:, None]
+        if self.cfg.num_running:
+            rel = self._release_mask(sim, self.running_slots(sim))
+            lease = jnp.asarray(True) if substep is None else (substep == 0)
+            rel = rel & ~blocked[:, None] & (lease | fits.any(1, keepdims=True))
+        else:
+            rel = jnp.zeros((a, 0), bool)
+        mask = jnp.concatenate([fits, rel, ~fits.any(1, keepdims=True)], axis=1)
         return fits, one & ok[None], mask
 
-    def _any_valid(self, sim: SimState, jobs: JobTable) -> jax.Array:
-        fits, _, _ = self._masks(sim, jobs, self.candidates(sim))
-        return fits.any()
+    def _any_valid(self, st: EnvState) -> jax.Array:
+        """Whether any agent has a real decision: a placement that fits, or a release at a lease boundary."""
+        fits, _, mask = self._masks(st.sim, st.jobs, self.candidates(st.sim), st.blocked, st.substep)
+        kk = self.cfg.num_candidates
+        return fits.any() | mask[:, kk:kk + self.cfg.num_running].any()
 
     # ------------------------------------------------------------------------------------------ API
 
@@ -175,7 +222,7 @@ class MaifsEnv(MultiAgentEnv):
         sim, jobs = state.sim, state.jobs
         c = sim.status.shape[0]
         cand = self.candidates(sim)
-        fits, one, mask = self._masks(sim, jobs, cand)
+        fits, one, mask = self._masks(sim, jobs, cand, state.blocked, state.substep)
         free = server_free(self.cl, sim.occ)
         frac = free / self.cl.cap  # [S, 3]
         a = self.cfg.num_agents
@@ -187,28 +234,38 @@ class MaifsEnv(MultiAgentEnv):
         glob = jnp.concatenate([free.sum(0) / self.cl.cap.sum(0),
                                 jnp.stack([jnp.log1p(n_pend) / 5, jnp.log1p(n_run) / 5,
                                            state.substep / self.cfg.max_substeps])])
-        ok = cand < c
-        cs = jnp.clip(cand, 0, c - 1)
+        kk, r = self.cfg.num_candidates, self.cfg.num_running
+        runc = self.running_slots(sim) if r else jnp.zeros((a, 0), jnp.int32)  # [A, R]
+        ent = jnp.concatenate([jnp.broadcast_to(cand[None], (a, kk)), runc], 1)  # [A, K + R] slots
+        is_run = jnp.arange(kk + r) >= kk
+        ok = ent < c
+        cs = jnp.clip(ent, 0, c - 1)
         job = jnp.maximum(sim.slot_job[cs], 0)
-        g = jobs.gpus[job]
+        g = jobs.gpus[job]  # [A, K + R]
         m = jobs.model[job]
-        lv = jax.vmap(self._levels)(m, g)  # [K, L, S, 2]
-        sp = jax.vmap(lambda mm, l: profile_tput(self.sm, jnp.full(l.shape[:2], mm), l[..., 0], l[..., 1]))(m, lv)
-        sp = sp[:, :, 0]  # [K, L] speed of each level on server 0's fair share (homogeneous servers)
+        lv = jax.vmap(jax.vmap(self._levels))(m, g)  # [A, K + R, L, S, 2]
+        sp = jax.vmap(jax.vmap(
+            lambda mm, l: profile_tput(self.sm, jnp.full(l.shape[:2], mm), l[..., 0], l[..., 1])))(m, lv)
+        sp = sp[..., 0]  # [A, K + R, L] speed of each level on server 0's fair share (homogeneous servers)
         penalty = jnp.asarray(self.sm.penalty)[m]  # throughput kept when spread over servers
         wait = jnp.maximum(sim.t - jobs.arrival[job], 0.0)
-        common_f = jnp.stack([
+        usage = job_usage(sim.occ, c)
+        cur = job_speed(self.sm, slot_attr(sim, jobs, "model"), usage)[cs]  # current speed of running entries
+        pos = jnp.where(is_run, 0.0, jnp.arange(kk + r) / max(kk, 1)).astype(jnp.float32)
+        fits_all = jnp.concatenate([fits, jnp.zeros((a, r), bool)], 1)
+        one_all = jnp.concatenate([one, jnp.zeros((a, r), bool)], 1)
+        jobs_f = jnp.stack([
             ok.astype(jnp.float32), g / 8.0, jnp.log1p(sim.remaining[cs] / 3600.0), jnp.log1p(wait / 3600.0),
-            sp[:, 0], sp[:, 1], sp[:, 3], penalty, jnp.log1p(sim.attained[cs] / 3600.0),
-            (jnp.arange(cand.shape[0]) / cand.shape[0]).astype(jnp.float32)], -1) * ok[:, None]
-        per_agent_f = jnp.stack([fits, one, g[None, :] > self.group_gpus[:, None],
-                                 jnp.broadcast_to(ok[None], fits.shape)], -1).astype(jnp.float32)  # [A, K, 4]
-        jobs_f = jnp.concatenate([jnp.broadcast_to(common_f[None], (a, *common_f.shape)), per_agent_f], -1)
+            sp[..., 0], sp[..., 1], sp[..., 3], penalty, jnp.log1p(sim.attained[cs] / 3600.0),
+            jnp.broadcast_to(pos[None], ok.shape), fits_all.astype(jnp.float32), one_all.astype(jnp.float32),
+            (g > self.group_gpus[:, None]).astype(jnp.float32), ok.astype(jnp.float32),
+            jnp.broadcast_to(is_run[None], ok.shape).astype(jnp.float32), jnp.where(is_run[None], cur, 0.0),
+        ], -1) * ok[..., None]  # [A, K + R, JOB_FEATURES]
         self_f = jnp.concatenate([own, own_tot], -1)
         fair0 = self.cl.fair_per_gpu[0]
-        level_f = jnp.concatenate([sp[..., None], lv[:, :, 0, :] / fair0], -1) * ok[:, None, None]  # [K, L, 3]
+        level_f = jnp.concatenate([sp[..., None], lv[:, :, :, 0, :] / fair0], -1) * ok[..., None, None]
         level_mask = jnp.ones((a, len(LEVELS)), bool)
-        return {ag: {"self": self_f[i], "glob": glob, "jobs": jobs_f[i], "levels": level_f, "mask": mask[i],
+        return {ag: {"self": self_f[i], "glob": glob, "jobs": jobs_f[i], "levels": level_f[i], "mask": mask[i],
                      "level_mask": level_mask[i]} for i, ag in enumerate(self.agents)}
 
     def get_avail_actions(self, state: EnvState) -> dict:
@@ -226,7 +283,8 @@ class MaifsEnv(MultiAgentEnv):
         sim = jump_idle(sim, jobs, self.cfg.round_s)
         sim = admit(sim, jobs, self.sim_cfg)  # the window's first arrivals
         st = EnvState(sim, jobs, jnp.ones(c, jnp.int32), jnp.zeros((), jnp.int32),
-                      jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+                      jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros(self.cfg.num_agents, bool),
+                      jnp.zeros((), jnp.int32))
         return self.get_obs(st), st
 
     # ------------------------------------------------------------------------------------------ dynamics
@@ -262,14 +320,14 @@ class MaifsEnv(MultiAgentEnv):
                            stats=sim.stats._replace(rounds=sim.stats.rounds + k.astype(jnp.int32) - 1))
         sim = jump_idle(sim, jobs, self.cfg.round_s)
         sim = admit(sim, jobs, self.sim_cfg)
-        return st._replace(sim=sim, substep=jnp.zeros((), jnp.int32))
+        return st._replace(sim=sim, substep=jnp.zeros((), jnp.int32), blocked=jnp.zeros_like(st.blocked))
 
     def _advance(self, st: EnvState, force) -> tuple[EnvState, jax.Array, jax.Array]:
         """Advance the clock once if ``force`` or no agent can act. Returns the state, the elapsed rounds and the
         reward of the elapsed time. Bounded work per step keeps vmapped environments in lockstep."""
         s0, m0 = self._accrued(st.sim, st.jobs)
         t0 = st.sim.t
-        stuck = ~self._any_valid(st.sim, st.jobs)
+        stuck = ~self._any_valid(st)
         go = (force | stuck) & ~is_done(st.sim, st.jobs)
         st = jax.lax.cond(go, lambda s: self._round(s, stuck), lambda s: s, st)
         s1, m1 = self._accrued(st.sim, st.jobs)
@@ -277,15 +335,24 @@ class MaifsEnv(MultiAgentEnv):
         return st, (st.sim.t - t0) / self.cfg.round_s, reward
 
     def apply(self, st: EnvState, picks: jax.Array, levels: jax.Array) -> tuple[EnvState, jax.Array, jax.Array]:
-        """Place every agent's pick in agent order; returns the state, successes and failures ``[A]``."""
+        """Carry out every agent's pick in agent order (place a candidate, or release the lease of one of its
+        running jobs: a preemption that keeps the job's progress); returns the state, successes and failures
+        ``[A]``. A pick that fails (the job was taken or released by an earlier agent, or no longer fits) is a
+        conflict; with ``conflict_blocks`` the agent then waits for the next round (its binding cycle is lost)."""
         sim, jobs = st.sim, st.jobs
         c = sim.status.shape[0]
         cand = self.candidates(sim)
-        kk = self.cfg.num_candidates
+        kk, r = self.cfg.num_candidates, self.cfg.num_running
+        runc = self.running_slots(sim) if r else jnp.zeros((self.cfg.num_agents, 1), jnp.int32) + c
 
         def one(carry, x):
             s, target = carry
             i, pick, level = x
+            is_rel = (pick >= kk) & (pick < kk + r)
+            rslot = runc[i, jnp.clip(pick - kk, 0, runc.shape[1] - 1)]
+            rsc = jnp.clip(rslot, 0, c - 1)
+            rel_ok = is_rel & (rslot < c) & (s.status[rsc] == RUNNING)
+            s = preempt(s, (jnp.arange(c) == rsc) & rel_ok)
             slot = jnp.where(pick < kk, cand[jnp.clip(pick, 0, kk - 1)], c)
             sc = jnp.clip(slot, 0, c - 1)
             live = (slot < c) & (s.status[sc] == PENDING)
@@ -310,7 +377,8 @@ class MaifsEnv(MultiAgentEnv):
             ok = ok & live
             s = place(s, jobs, sc, take, lv[used, :, 0], lv[used, :, 1], ok)
             target = target.at[sc].set(jnp.where(ok, level, target[sc]))
-            return (s, target), (ok, (pick < kk) & ~ok)
+            s = s._replace(stats=s.stats._replace(preemptions=s.stats.preemptions + rel_ok.astype(jnp.int32)))
+            return (s, target), (ok | rel_ok, ((pick < kk) & ~ok) | (is_rel & ~rel_ok))
 
         (sim, target), (succ, fail) = jax.lax.scan(
             one, (sim, st.target), (jnp.arange(self.cfg.num_agents), picks, levels))
@@ -325,9 +393,13 @@ class MaifsEnv(MultiAgentEnv):
 
     def step_env(self, key: jax.Array, state: EnvState, actions: dict):
         acts = jnp.stack([jnp.asarray(actions[a]) for a in self.agents])  # [A, 2]
+        kk = self.cfg.num_candidates
+        released = ((acts[:, 0] >= kk) & (acts[:, 0] < kk + self.cfg.num_running))
         st, succ, fail = self.apply(state, acts[:, 0], acts[:, 1])
+        blocked = st.blocked | (fail & self.cfg.conflict_blocks)
         st = st._replace(substep=st.substep + 1, conflicts=st.conflicts + fail.sum(),
-                         decisions=st.decisions + succ.sum())
+                         decisions=st.decisions + succ.sum(), blocked=blocked,
+                         releases=st.releases + (released & succ).sum())
         force = st.substep >= self.cfg.max_substeps
         st, elapsed, reward = self._advance(st, force)
         done = is_done(st.sim, st.jobs) | (st.sim.stats.rounds >= self.cfg.max_rounds)
@@ -348,7 +420,7 @@ def episode_info(st: EnvState, done) -> dict:
     jct = jnp.where(real, fin - jobs.arrival, 0.0).sum() / jnp.maximum(jobs.num_jobs, 1) / 3600.0
     span = (jnp.max(fin) - jobs.arrival[0]) / 3600.0
     return {"done": done, "jct_h": jct, "makespan_h": span, "conflicts": st.conflicts,
-            "decisions": st.decisions}
+            "decisions": st.decisions, "releases": st.releases}
 
 
-__all__ = ["EnvConfig", "EnvState", "JOB_FEATURES", "LEVELS", "MaifsEnv", "episode_info"]
+__all__ = ["EnvConfig", "EnvState", "JOB_FEATURES", "LEVELS", "RUNNING_FEATURE", "MaifsEnv", "episode_info"]

@@ -34,6 +34,8 @@ from flax import nnx
 
 from common.rl import ppo
 
+RELEASE_PRIOR = -3.0  # initial logit offset of releasing a lease (an untrained policy rarely preempts)
+
 
 class MLP(nnx.Module):
     def __init__(self, sizes: tuple[int, ...], rngs: nnx.Rngs, final_scale: float = 1.0):
@@ -70,6 +72,15 @@ def level_prior(rngs: nnx.Rngs) -> nnx.Linear:
     return lin
 
 
+def release_prior(job_dim: int, rngs: nnx.Rngs) -> nnx.Linear:
+    """Linear pick score from raw job features, zero except ``RELEASE_PRIOR`` on the "running job" feature."""
+    from papers.maifs.env import RUNNING_FEATURE
+
+    lin = nnx.Linear(job_dim, 1, rngs=rngs)
+    lin.kernel.set_value(jnp.zeros((job_dim, 1)).at[RUNNING_FEATURE, 0].set(RELEASE_PRIOR))
+    return lin
+
+
 class Heads(NamedTuple):
     pick: jax.Array  # [A, K+1] raw logits (callers mask them)
     emb: jax.Array  # [A, H] final agent embeddings
@@ -98,8 +109,7 @@ class MaifsNet(nnx.Module):
         self.msg = MLP((2 * h, h, h), rngs)
         self.level = MLP((2 * h, h, levels), rngs, final_scale=0.01)
         self.level_lin = level_prior(rngs)
-        self.pick_lin = nnx.Linear(job_dim, 1, rngs=rngs)
-        self.pick_lin.kernel.set_value(self.pick_lin.kernel.get_value() * 0.0)
+        self.pick_lin = release_prior(job_dim, rngs)
         self.critic = MLP((h + glob_dim, h, 1), rngs)
 
     def _logits(self, hi, e):
@@ -110,8 +120,8 @@ class MaifsNet(nnx.Module):
     def _pick_direct(self, jobs):
         return jnp.concatenate([self.pick_lin(jobs)[..., 0], jnp.zeros(jobs.shape[:1] + (1,))], -1)
 
-    def __call__(self, obs: dict, var: Variant) -> Heads:
-        mask = obs["mask"]  # [A, K+1]
+    def __call__(self, obs: dict, var: Variant, k: int | None = None) -> Heads:
+        mask = obs["mask"]  # [A, K+R+1]
         a, kk1 = mask.shape
         hi = self.agent_enc(jnp.concatenate([obs["self"], obs["glob"]], -1))  # [A, H]
         e = self.job_enc(obs["jobs"])  # [A, K, H]
@@ -123,8 +133,9 @@ class MaifsNet(nnx.Module):
         value = self.critic(jnp.concatenate([hi.mean(0), obs["glob"][0]], -1))[0]
         direct = self._pick_direct(obs["jobs"])  # a linear path from raw job features (e.g. remaining work)
         logits = self._logits(hi, e) + direct
-        p = jax.nn.softmax(ppo.masked_logits(logits, mask), -1)[:, :-1]  # [A, K] pick probabilities (no no-op)
-        w = p @ p.T * (1.0 - jnp.eye(a))  # collision probability = dynamic edge weights
+        p = jax.nn.softmax(ppo.masked_logits(logits, mask), -1)[:, :-1]  # [A, K+R] pick probabilities (no no-op)
+        kk = p.shape[1] if k is None else k
+        w = p[:, :kk] @ p[:, :kk].T * (1.0 - jnp.eye(a))  # collision probability on shared candidates
         intent = (p[:, :, None] * e).sum(1)  # expected picked-job embedding
         hc = hi + w @ self.msg(jnp.concatenate([hi, intent], -1))
         logits = jnp.where(var.coordination > 0, self._logits(hc, e) + direct, logits)
@@ -149,16 +160,17 @@ class FlatNet(nnx.Module):
         self.num_jobs, self.levels = num_jobs, levels
         self.trunk = MLP((d, hidden, hidden), rngs)
         self.pi = nnx.Linear(hidden, num_jobs + 1, rngs=rngs)
+        self.pick_lin = release_prior(job_dim, rngs)
         self.lv = nnx.Linear(hidden, num_jobs * levels, rngs=rngs)
         self.vf = nnx.Linear(hidden, 1, rngs=rngs)
         self.pi.kernel.set_value(self.pi.kernel.get_value() * 0.01)
         self.lv.kernel.set_value(self.lv.kernel.get_value() * 0.01)
         self.level_lin = level_prior(rngs)
 
-    def __call__(self, obs: dict, var: Variant) -> Heads:
+    def __call__(self, obs: dict, var: Variant, k: int | None = None) -> Heads:
         x = jnp.concatenate([obs["self"], obs["glob"], obs["jobs"].reshape(obs["jobs"].shape[0], -1)], -1)
         z = jax.nn.tanh(self.trunk(x))  # [1, H]
-        logits = self.pi(z)
+        logits = self.pi(z) + jnp.concatenate([self.pick_lin(obs["jobs"])[..., 0], jnp.zeros((z.shape[0], 1))], -1)
         lv = self.lv(z).reshape(z.shape[0], self.num_jobs, self.levels)
         return Heads(logits, z, lv, self.vf(z)[0, 0])
 
@@ -181,16 +193,16 @@ class JointAction(NamedTuple):
 
 
 def _conditional_masks(base: jax.Array, picks: jax.Array | None, key: jax.Array, logits: jax.Array,
-                       sequential, greedy: bool) -> tuple[jax.Array, jax.Array]:
-    """Sample (or replay ``picks``) agent by agent; with ``sequential`` a job taken by an earlier agent is masked
-    for later agents (no-op becomes valid when nothing is left)."""
-    a, kk1 = base.shape
-    kk = kk1 - 1
+                       sequential, greedy: bool, kk: int) -> tuple[jax.Array, jax.Array]:
+    """Sample (or replay ``picks``) agent by agent; with ``sequential`` a shared candidate (index < ``kk``) taken
+    by an earlier agent is masked for later agents (no-op becomes valid when no placement is left)."""
+    a, n1 = base.shape
+    noop = n1 - 1
 
     def body(taken, x):
         i, bm, lg, kx = x
-        m = bm & ~(jnp.concatenate([taken, jnp.zeros(1, bool)]) & sequential)
-        m = m.at[kk].set(m[kk] | ~m[:kk].any())
+        m = bm & ~(jnp.concatenate([taken, jnp.zeros(n1 - kk, bool)]) & sequential)
+        m = m.at[noop].set(m[noop] | ~m[:kk].any())
         if picks is not None:
             p = picks[i]
         elif greedy:
@@ -205,16 +217,18 @@ def _conditional_masks(base: jax.Array, picks: jax.Array | None, key: jax.Array,
 
 
 def act(model, obs: dict, key: jax.Array | None, var: Variant, *, greedy: bool = False,
-        replay: tuple[jax.Array, jax.Array, jax.Array] | None = None) -> JointAction:
+        replay: tuple[jax.Array, jax.Array, jax.Array] | None = None, k: int | None = None) -> JointAction:
     """Joint action of all agents for one environment (stacked obs). ``replay=(picks, levels, pick_masks)``
-    recomputes log-probabilities and entropies of stored actions (PPO update)."""
-    heads = model(obs, var)
+    recomputes log-probabilities and entropies of stored actions (PPO update). ``k`` = number of shared
+    (pending) candidates; pick indices ``k .. k+R-1`` release an agent's running jobs (default: no releases)."""
+    kk = obs["mask"].shape[-1] - 1 if k is None else k
+    heads = model(obs, var, kk)
     key = jax.random.key(0) if key is None else key
     fair_only = jnp.arange(obs["level_mask"].shape[-1]) == 1
     lmask = obs["level_mask"] & ((var.fungible > 0) | fair_only)
     if replay is None:
         kp, kl = jax.random.split(key)
-        picks, masks = _conditional_masks(obs["mask"], None, kp, heads.pick, var.coordination > 0, greedy)
+        picks, masks = _conditional_masks(obs["mask"], None, kp, heads.pick, var.coordination > 0, greedy, kk)
         lv_logits = model.level_logits(heads, picks, obs["levels"])
         if greedy:
             levels = ppo.categorical_mode(lv_logits, lmask)
@@ -223,7 +237,6 @@ def act(model, obs: dict, key: jax.Array | None, var: Variant, *, greedy: bool =
     else:
         picks, levels, masks = replay
         lv_logits = model.level_logits(heads, picks, obs["levels"])
-    kk = masks.shape[1] - 1
     placed = picks < kk
     lp = ppo.categorical_log_prob(heads.pick, picks, masks) + jnp.where(
         placed, ppo.categorical_log_prob(lv_logits, levels, lmask), 0.0)

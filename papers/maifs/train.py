@@ -52,6 +52,7 @@ class TrainConfig:
     max_grad_norm: float = 0.5
     hidden: int = 32
     network: str = "maifs"  # maifs | flat (single agent, DL2-style)
+    value_norm_beta: float = 0.95  # EMA of the return statistics per update (MAPPO's ValueNorm, debiased)
 
     def __post_init__(self) -> None:
         if self.network not in ("maifs", "flat"):
@@ -71,7 +72,7 @@ def build_model(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int, rngs: nn
     if cfg.network == "flat":
         if env_cfg.num_agents != 1:
             raise ValueError("the flat (single-agent) network needs an environment with num_agents=1")
-        return FlatNet(self_dim, glob_dim, JOB_FEATURES, env_cfg.num_candidates, len(LEVELS),
+        return FlatNet(self_dim, glob_dim, JOB_FEATURES, env_cfg.num_candidates + env_cfg.num_running, len(LEVELS),
                        hidden=2 * cfg.hidden, rngs=rngs)
     return MaifsNet(self_dim, glob_dim, JOB_FEATURES, len(LEVELS), hidden=cfg.hidden, rngs=rngs)
 
@@ -85,6 +86,38 @@ class Problem(NamedTuple):
     windows: JobTable  # [W, N]
 
 
+class ValueNorm(NamedTuple):
+    """Running (debiased EMA) mean and mean square of the returns; the critic predicts normalised values
+    (MAPPO's ValueNorm, Yu et al. 2022), so the value loss is on a unit scale whatever the return scale."""
+
+    mean: jax.Array
+    mean_sq: jax.Array
+    debias: jax.Array
+
+    @staticmethod
+    def init() -> ValueNorm:
+        z = jnp.zeros((), jnp.float32)
+        return ValueNorm(z, z, z)
+
+    def stats(self) -> tuple[jax.Array, jax.Array]:
+        d = jnp.maximum(self.debias, 1e-5)
+        mean = self.mean / d
+        var = jnp.maximum(self.mean_sq / d - mean ** 2, 1e-4)
+        return mean, jnp.sqrt(var)
+
+    def update(self, x: jax.Array, beta: float) -> ValueNorm:
+        return ValueNorm(beta * self.mean + (1 - beta) * x.mean(), beta * self.mean_sq + (1 - beta) * (x ** 2).mean(),
+                         beta * self.debias + (1 - beta))
+
+    def denormalize(self, v: jax.Array) -> jax.Array:
+        mean, std = self.stats()
+        return jnp.where(self.debias > 0, v * std + mean, v)
+
+    def normalize(self, x: jax.Array) -> jax.Array:
+        mean, std = self.stats()
+        return (x - mean) / std
+
+
 class RunnerState(NamedTuple):
     params: Any
     opt_state: Any
@@ -92,6 +125,7 @@ class RunnerState(NamedTuple):
     obs: Any  # stacked [E, A, ...]
     key: jax.Array
     update: jax.Array
+    vnorm: ValueNorm
 
 
 class Transition(NamedTuple):
@@ -108,6 +142,7 @@ class Transition(NamedTuple):
     makespan_h: jax.Array
     conflicts: jax.Array
     decisions: jax.Array
+    releases: jax.Array
 
 
 def make_train(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
@@ -116,13 +151,14 @@ def make_train(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
     graphdef, _ = nnx.split(build_model(env_cfg, cfg, num_servers, nnx.Rngs(0)))
     tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr))
     e = cfg.num_envs
+    kk = env_cfg.num_candidates
 
     def env_of(prob: Problem) -> MaifsEnv:
         return MaifsEnv(prob.cl, prob.sm, prob.md, prob.windows, env_cfg)
 
     def policy(params, var, obs_st, key):
         model = nnx.merge(graphdef, params)
-        return jax.vmap(lambda o, k: act(model, o, k, var))(obs_st, jax.random.split(key, e))
+        return jax.vmap(lambda o, k: act(model, o, k, var, k=kk))(obs_st, jax.random.split(key, e))
 
     def init(key, var: Variant, prob: Problem) -> RunnerState:
         env = env_of(prob)
@@ -130,16 +166,17 @@ def make_train(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
         params = nnx.state(build_model(env_cfg, cfg, num_servers, nnx.Rngs(k_init)), nnx.Param)
         obs, env_state = jax.vmap(env.reset)(jax.random.split(k_env, e))
         obs_st = jax.vmap(lambda o: stack_agents(o, env.agents))(obs)
-        return RunnerState(params, tx.init(params), env_state, obs_st, k_run, jnp.zeros((), jnp.int32))
+        return RunnerState(params, tx.init(params), env_state, obs_st, k_run, jnp.zeros((), jnp.int32),
+                           ValueNorm.init())
 
     def loss_fn(params, var, mb):
         model = nnx.merge(graphdef, params)
-        ja = jax.vmap(lambda o, p, lv, m: act(model, o, None, var, replay=(p, lv, m)))(
+        ja = jax.vmap(lambda o, p, lv, m: act(model, o, None, var, replay=(p, lv, m), k=kk))(
             mb["obs"], mb["picks"], mb["levels"], mb["masks"])
         decide = mb["obs"]["mask"][..., :-1].any(-1)  # [B, A] agents with a real choice
         adv = jnp.broadcast_to(mb["adv"][:, None], decide.shape)
         pl, kl, cf = ppo.clipped_surrogate(ja.logp, mb["logp"], adv, cfg.clip_eps, decide)
-        vl = ppo.value_loss(ja.value, mb["value"], mb["returns"], cfg.clip_eps)
+        vl = ppo.value_loss(ja.value, mb["value"], mb["returns"])  # normalised targets, unclipped
         ent = (ja.entropy * decide).sum() / jnp.maximum(decide.sum(), 1)
         return pl + cfg.vf_coef * vl - cfg.ent_coef * ent, (pl, vl, ent, kl, cf)
 
@@ -156,19 +193,23 @@ def make_train(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
             obs2 = jax.vmap(lambda o: stack_agents(o, agents))(obs)
             tr = Transition(obs_st, ja.picks, ja.levels, ja.pick_masks, ja.logp, ja.value, rew[agents[0]],
                             done["__all__"], info["elapsed_rounds"], info["jct_h"], info["makespan_h"],
-                            info["conflicts"], info["decisions"])
+                            info["conflicts"], info["decisions"], info["releases"])
             return (params, env_state, obs2, key), tr
 
         (params, env_state, obs_st, key), traj = jax.lax.scan(
             env_step, (rs.params, rs.env_state, rs.obs, rs.key), None, length=cfg.rollout_len)
         key, k_last = jax.random.split(key)
-        last_value = policy(params, var, obs_st, k_last).value
+        vn = rs.vnorm
+        last_value = vn.denormalize(policy(params, var, obs_st, k_last).value)
+        values = vn.denormalize(traj.value)
         disc = cfg.gamma ** traj.elapsed
-        adv, ret = ppo.gae(traj.reward, traj.value, traj.done, last_value, cfg.gamma, cfg.gae_lambda, disc)
+        adv, ret = ppo.gae(traj.reward, values, traj.done, last_value, cfg.gamma, cfg.gae_lambda, disc)
+        ev = 1.0 - jnp.var(ret - values) / jnp.maximum(jnp.var(ret), 1e-12)  # explained variance (before update)
+        vn = vn.update(ret, cfg.value_norm_beta)
         adv = ppo.normalize(adv, traj.obs["mask"][..., :-1].any(-1).any(-1))
         batch = ppo.flatten_batch({"obs": traj.obs, "picks": traj.picks, "levels": traj.levels,
                                    "masks": traj.masks, "logp": traj.logp, "value": traj.value, "adv": adv,
-                                   "returns": ret})
+                                   "returns": vn.normalize(ret)})
 
         def epoch(carry, _):
             params, opt_state, key = carry
@@ -196,9 +237,10 @@ def make_train(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
             "makespan_h": jnp.where(n_done > 0, (traj.makespan_h * fin).sum() / jnp.maximum(n_done, 1), jnp.nan),
             "conflict_rate": jnp.where(tried > 0, (traj.conflicts * fin).sum() / jnp.maximum(tried, 1), jnp.nan),
             "loss": stats[0].mean(), "policy_loss": stats[1].mean(), "value_loss": stats[2].mean(),
-            "entropy": stats[3].mean(), "approx_kl": stats[4].mean(),
+            "entropy": stats[3].mean(), "approx_kl": stats[4].mean(), "explained_variance": ev,
+            "release_rate": jnp.where(tried > 0, (traj.releases * fin).sum() / jnp.maximum(tried, 1), jnp.nan),
         }
-        return RunnerState(params, opt_state, env_state, obs_st, key, rs.update + 1), metrics
+        return RunnerState(params, opt_state, env_state, obs_st, key, rs.update + 1, vn), metrics
 
     def chunk(rs: RunnerState, var: Variant, prob: Problem):
         return jax.lax.scan(lambda r, _: update(r, var, prob), rs, None, length=cfg.updates_per_chunk)
@@ -227,7 +269,7 @@ def evaluate(env_cfg: EnvConfig, graphdef, params, var: Variant, prob: Problem, 
     def body(carry):
         st, i = carry
         obs = stack_agents(env.get_obs(st), env.agents)
-        ja = act(model, obs, None, var, greedy=True)
+        ja = act(model, obs, None, var, greedy=True, k=env_cfg.num_candidates)
         actions = {a: jnp.stack([ja.picks[j], ja.levels[j]]) for j, a in enumerate(env.agents)}
         _, st, _, _, _ = env.step_env(jax.random.key(0), st, actions)
         return st, i + 1
@@ -240,5 +282,5 @@ def env_done(env: MaifsEnv, st: EnvState) -> jax.Array:
     return is_done(st.sim, st.jobs) | (st.sim.stats.rounds >= env.cfg.max_rounds)
 
 
-__all__ = ["Problem", "RunnerState", "TrainConfig", "Transition", "build_model", "env_done", "evaluate",
+__all__ = ["Problem", "RunnerState", "TrainConfig", "Transition", "ValueNorm", "build_model", "env_done", "evaluate",
            "make_train"]

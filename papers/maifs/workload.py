@@ -90,6 +90,7 @@ class Window:
     work: np.ndarray
     gpus: np.ndarray
     model: np.ndarray
+    source: np.ndarray | None = None  # int64 id of each job's trace row (disjointness checks)
 
     def __len__(self) -> int:
         return int(self.arrival.size)
@@ -97,6 +98,70 @@ class Window:
     @property
     def gpu_hours(self) -> float:
         return float((self.work * self.gpus).sum() / 3600.0)
+
+    def replace(self, **kw) -> Window:
+        return Window(**{**self.__dict__, **kw})
+
+
+# ---------------------------------------------------------------------------------------------- load
+
+
+def offered_load(w: Window, cluster_gpus: int) -> float:
+    """Offered load rho = arrival rate x mean GPU-seconds per job / cluster GPUs, the arrival rate measured as
+    ``(n - 1) / arrival span`` (the queueing-theory utilisation lambda E[S] / c at fair-share speed)."""
+    n = len(w)
+    span = float(w.arrival[-1] - w.arrival[0]) if n else 0.0
+    if n < 2 or span <= 0:
+        return float("inf")
+    return (n - 1) / span * float((w.work * w.gpus).mean()) / cluster_gpus
+
+
+def at_load(w: Window, target: float, cluster_gpus: int) -> Window:
+    """The window with its arrival times scaled (about the first arrival) so that its offered load is ``target``
+    [ours: the load knob of the contended workloads; inter-arrival pattern and job mix are the trace's]."""
+    if target <= 0:
+        raise ValueError(f"target load must be > 0, got {target}")
+    rho = offered_load(w, cluster_gpus)
+    if not np.isfinite(rho):
+        raise ValueError(f"window {w.name!r}: all jobs arrive at once, its load cannot be scaled")
+    t = w.arrival - w.arrival[0]
+    return w.replace(arrival=t * (rho / target))
+
+
+def cap_durations(w: Window, max_h: float | None) -> tuple[Window, int]:
+    """Fair-share run times capped at ``max_h`` hours, so that no single job sets a window's makespan [ours]; also
+    returns how many jobs were capped."""
+    if max_h is None:
+        return w, 0
+    cap = max_h * 3600.0
+    return w.replace(work=np.minimum(w.work, cap)), int((w.work > cap).sum())
+
+
+def split(w: Window, parts: int) -> list[Window]:
+    """``parts`` consecutive windows of (almost) equal size, arrivals re-based to each one's first job."""
+    if parts < 1 or parts > len(w):
+        raise ValueError(f"cannot split {len(w)} jobs into {parts} windows")
+    out = []
+    for k, idx in enumerate(np.array_split(np.arange(len(w)), parts)):
+        src = None if w.source is None else w.source[idx]
+        out.append(Window(f"{w.name}/{k}", w.arrival[idx] - w.arrival[idx[0]], w.work[idx], w.gpus[idx],
+                          w.model[idx], src))
+    return out
+
+
+def check_disjoint(a: Sequence[Window], b: Sequence[Window]) -> None:
+    """Raise if a trace row appears in both window sets (e.g. training and evaluation) or twice in one of them."""
+    for ws, what in ((a, "first"), (b, "second")):
+        if any(w.source is None for w in ws):
+            raise ValueError(f"a window of the {what} set has no source ids")
+    sa = np.concatenate([w.source for w in a]) if a else np.zeros(0, np.int64)
+    sb = np.concatenate([w.source for w in b]) if b else np.zeros(0, np.int64)
+    for s, what in ((sa, "first"), (sb, "second")):
+        if np.unique(s).size != s.size:
+            raise ValueError(f"windows of the {what} set overlap")
+    both = np.intersect1d(sa, sb)
+    if both.size:
+        raise ValueError(f"{both.size} trace rows are in both window sets (e.g. {both[:3].tolist()})")
 
 
 @dataclass
@@ -153,12 +218,16 @@ def philly_windows(philly: PhillyJobs, profiles: Profiles, *, cluster_gpus: int,
                    jobs_per_window: int, num_windows: int, rate_jobs_per_h: float | None,
                    class_split: Sequence[float] = (20, 70, 10), seed: int = 0, first_window: int = 0,
                    min_duration_s: float = 60.0, max_gpu_time_h: float = 1000.0,
-                   max_duration_h: float | None = None) -> WorkloadSet:
-    """Evenly spaced windows of ``jobs_per_window`` consecutive filtered jobs submitted in ``[start, end)``.
+                   max_duration_h: float | None = None, load: float | None = None,
+                   cap_duration_h: float | None = None) -> WorkloadSet:
+    """Evenly spaced, non-overlapping windows of ``jobs_per_window`` consecutive filtered jobs submitted in
+    ``[start, end)``.
 
     Window ``k`` (``first_window <= k < first_window + num_windows``) starts at position
     ``k * stride`` of the slice, stride ``(len - jobs_per_window) / num_windows_total`` where the total is
-    ``first_window + num_windows``; its models are drawn with ``default_rng([seed, k])``.
+    ``first_window + num_windows``; its models are drawn with ``default_rng([seed, k])``. Durations are capped
+    at ``cap_duration_h`` (counted as ``capped[...]``). Arrivals are scaled to an offered ``load`` (fraction of
+    the cluster's GPUs, :func:`at_load`) when given, else to ``rate_jobs_per_h``.
     """
     keep, dropped = philly_filter(philly, cluster_gpus, min_duration_s, max_gpu_time_h, max_duration_h)
     t0 = pd.Timestamp(start).timestamp()
@@ -170,15 +239,24 @@ def philly_windows(philly: PhillyJobs, profiles: Profiles, *, cluster_gpus: int,
     if idx.size < jobs_per_window:
         raise ValueError(f"slice [{start}, {end}) has {idx.size} jobs after filtering, need {jobs_per_window}")
     stride = (idx.size - jobs_per_window) / max(total, 1)
+    if total > 1 and stride < jobs_per_window:
+        raise ValueError(f"slice [{start}, {end}) has {idx.size} jobs: {total} windows of {jobs_per_window} would "
+                         "overlap")
     wins = []
+    capped = 0
     for k in range(first_window, total):
         lo = int(round(k * stride))
         sel = idx[lo:lo + jobs_per_window]
         rng = np.random.default_rng([seed, k])
-        arr = _scale_arrivals(philly.submit_s[sel], rate_jobs_per_h)
-        wins.append(Window(f"philly[{start}..{end})#{k}", arr, philly.duration_s[sel].astype(np.float64),
-                           philly.num_gpus[sel].astype(np.int32),
-                           _assign_models(rng, sel.size, profiles, class_split)))
+        arr = _scale_arrivals(philly.submit_s[sel], None if load is not None else rate_jobs_per_h)
+        w = Window(f"philly[{start}..{end})#{k}", arr, philly.duration_s[sel].astype(np.float64),
+                   philly.num_gpus[sel].astype(np.int32), _assign_models(rng, sel.size, profiles, class_split),
+                   sel.astype(np.int64))
+        w, c = cap_durations(w, cap_duration_h)
+        capped += c
+        wins.append(at_load(w, load, cluster_gpus) if load is not None else w)
+    if cap_duration_h is not None:
+        dropped[f"capped[duration>{cap_duration_h:g}h]"] = capped
     return WorkloadSet(wins, dropped, f"{idx.size} filtered jobs in [{start}, {end})")
 
 
@@ -218,8 +296,10 @@ def saturn_windows(sia: SiaWorkloads, apps: Mapping[str, SiaAppProfile], profile
     cache: dict[tuple[str, int, int], float] = {}
     for w in workloads:
         rows = sia.select(source_set, w)
-        arr, work, gpus, model = [], [], [], []
-        for t, a, r, b in zip(rows.time_s, rows.application, rows.num_replicas, rows.batch_size, strict=True):
+        arr, work, gpus, model, src = [], [], [], [], []
+        base = _workload_id(source_set, w)
+        for row, (t, a, r, b) in enumerate(zip(rows.time_s, rows.application, rows.num_replicas, rows.batch_size,
+                                               strict=True)):
             if a not in SATURN_MODEL or a not in apps:
                 dropped["application:unprofiled"] += 1
                 continue
@@ -233,11 +313,32 @@ def saturn_windows(sia: SiaWorkloads, apps: Mapping[str, SiaAppProfile], profile
             work.append(cache[key])
             gpus.append(r)
             model.append(profiles.index(SATURN_MODEL[a]))
+            src.append(base + row)
         arr = np.asarray(arr, np.float64)
         o = np.argsort(arr, kind="stable")
         wins.append(Window(f"{source_set}/{w}", (arr[o] - arr[o][0]) / rate_scale, np.asarray(work)[o],
-                           np.asarray(gpus, np.int32)[o], np.asarray(model, np.int32)[o]))
+                           np.asarray(gpus, np.int32)[o], np.asarray(model, np.int32)[o],
+                           np.asarray(src, np.int64)[o]))
     return WorkloadSet(wins, dropped, f"{source_set}: {len(wins)} workloads")
+
+
+def _workload_id(source_set: str, name: str) -> int:
+    """A stable int64 base id per workload file (rows are base + row index)."""
+    import zlib
+
+    return (zlib.crc32(f"{source_set}/{name}".encode()) & 0x7FFFFFFF) << 20
+
+
+def contended(ws: Sequence[Window], *, load: float, cluster_gpus: int, cap_duration_h: float | None = None,
+              parts: int = 1) -> tuple[list[Window], dict[str, int]]:
+    """Split each window into ``parts``, cap durations and scale every piece to an offered ``load``."""
+    out, capped = [], 0
+    for w in ws:
+        for piece in split(w, parts):
+            piece, c = cap_durations(piece, cap_duration_h)
+            capped += c
+            out.append(at_load(piece, load, cluster_gpus))
+    return out, ({f"capped[duration>{cap_duration_h:g}h]": capped} if cap_duration_h is not None else {})
 
 
 # ---------------------------------------------------------------------------------------------- batching
@@ -250,6 +351,6 @@ def stack(windows: Sequence[Window], pad_to: int | None = None) -> JobTable:
     return jax.tree.map(lambda *xs: jnp.stack(xs), *tables)
 
 
-__all__ = ["PENALTY_SOURCE", "Profiles", "SATURN_MODEL", "TASKS", "Window", "WorkloadSet", "load_profiles",
-           "philly_filter", "philly_windows", "placement_penalty", "saturn_duration_s", "saturn_windows",
-           "sia_step_time", "stack"]
+__all__ = ["PENALTY_SOURCE", "Profiles", "SATURN_MODEL", "TASKS", "Window", "WorkloadSet", "at_load",
+           "cap_durations", "check_disjoint", "contended", "load_profiles", "offered_load", "philly_filter", "philly_windows", "placement_penalty", "saturn_duration_s", "saturn_windows",
+           "sia_step_time", "split", "stack"]
