@@ -52,6 +52,10 @@ class PSClusterHardware(BaseHardware):
     worker_bandwidth_gbps: float = 1.0
     latency_us: float = 50.0
     header_bytes: int = 64
+    # bytes of one gradient / parameter message without header; 0 = the proxy model's float32 size. A realistic
+    # model's payload (common.timing, e.g. ResNet-50 = 102,228,128 B) makes the network see that model.
+    payload_bytes: int = 0
+    workload: str = ""  # the model whose payload_bytes and base_step_s these are (common.timing.MODELS key)
 
     def __post_init__(self) -> None:
         if self.kind != "ps_cluster":
@@ -91,6 +95,8 @@ class PSClusterHardware(BaseHardware):
         _positive("hardware.worker_bandwidth_gbps", self.worker_bandwidth_gbps)
         if not (math.isfinite(self.latency_us) and self.latency_us >= 0):
             raise ValueError(f"hardware.latency_us must be >= 0, got {self.latency_us}")
+        if self.payload_bytes < 0:
+            raise ValueError(f"hardware.payload_bytes must be >= 0 (0: the proxy's size), got {self.payload_bytes}")
         if self.header_bytes < 0:
             raise ValueError(f"hardware.header_bytes must be >= 0, got {self.header_bytes}")
 

@@ -3,7 +3,13 @@
 Workers compute real gradients (:class:`papers.petrel.engine.GradEngine`) on the parameter version they pulled, so
 staleness is real; compute times come from :class:`papers.petrel.hardware.ComputeModel`; every message crosses
 FIFO NICs (sender egress and receiver ingress, ``latency + bytes / bandwidth``) and its bytes are the actual
-payload (``4 * P`` float32 bytes plus a header).
+payload (``4 * P`` float32 bytes plus a header), or the payload of a realistic model (``hardware.payload_bytes``,
+from :mod:`common.timing`) while the numerics train the small proxy.
+
+Traffic is counted per tier: the *PS tier* (pushes and pulls through the PS NIC) and the *leader tier* (member <->
+community-leader messages between workers). Every message belongs to exactly one tier; its bytes are counted when
+it leaves the sender's egress link and again when it arrives at the receiver, so per tier ``sent = arrived +
+in flight`` (tested).
 
 Every synchronisation mechanism is a partition of the workers into *groups* plus an optional *gate*:
 
@@ -37,6 +43,7 @@ from papers.petrel.hardware import ComputeModel
 from papers.petrel.schemas import PSClusterHardware
 
 PS = -1
+TIERS = ("ps", "leader")
 
 
 @dataclass
@@ -160,7 +167,8 @@ class PSSim:
         self.ps_in, self.ps_out = Link(hw.ps_bandwidth_gbps * 1e9), Link(hw.ps_bandwidth_gbps * 1e9)
         self.w_in = [Link(hw.worker_bandwidth_gbps * 1e9) for _ in range(n)]
         self.w_out = [Link(hw.worker_bandwidth_gbps * 1e9) for _ in range(n)]
-        self.msg_bytes = engine.grad_bytes + hw.header_bytes  # a gradient or a parameter vector, plus header
+        # a gradient or a parameter vector (the proxy's, or a realistic model's payload), plus header
+        self.msg_bytes = (hw.payload_bytes or engine.grad_bytes) + hw.header_bytes
         self.eval_every, self.max_time_s, self.target = eval_every_grads, max_time_s, target_accuracy
         self._next_eval = eval_every_grads
         self.decision_every_s, self.ewma_alpha = decision_every_s, ewma_alpha
@@ -184,6 +192,8 @@ class PSSim:
         self.group_of: list[Group | None] = [None] * n
         self.next_gid = 0
         self.bytes_sent = self.bytes_delivered = self.bytes_in_flight = 0
+        self.tier_sent = dict.fromkeys(TIERS, 0)
+        self.tier_arrived = dict.fromkeys(TIERS, 0)
         self.grads_applied = 0
         self.staleness_sum = 0
         self.staleness_max = 0
@@ -235,11 +245,14 @@ class PSSim:
         inn.bytes += nbytes
         self.bytes_sent += nbytes
         self.bytes_in_flight += nbytes
-        self._push(start + dur + self.latency, self._deliver, (nbytes, fn, args), needs)
+        tier = "ps" if PS in (src, dst) else "leader"
+        self.tier_sent[tier] += nbytes
+        self._push(start + dur + self.latency, self._deliver, (nbytes, tier, fn, args), needs)
 
-    def _deliver(self, nbytes: int, fn: Callable, args: tuple) -> None:
+    def _deliver(self, nbytes: int, tier: str, fn: Callable, args: tuple) -> None:
         self.bytes_in_flight -= nbytes
         self.bytes_delivered += nbytes
+        self.tier_arrived[tier] += nbytes
         fn(*args)
 
     @property
@@ -436,6 +449,10 @@ class PSSim:
             "time_to_target_s": float(t),
             "ps_bytes_to_target": float(psb),
             "wire_bytes_to_target": float(wb),
+            # every message is on exactly one tier: leader tier = all messages - PS tier; a PS message crosses one
+            # worker NIC, a leader-tier message two
+            "leader_bytes_to_target": float(wb - psb),
+            "worker_nic_bytes_to_target": float(psb + 2 * (wb - psb)),
             "gradients_to_target": float(self.crossing_grads if reached else self.grads_applied),
             "final_accuracy": float(last.acc) if last else float("nan"),
             "best_accuracy": float(max(e.acc for e in done_evals)) if done_evals else float("nan"),

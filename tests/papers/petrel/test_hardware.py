@@ -61,7 +61,7 @@ def test_with_speed_ratio(ratio):
 def test_shipped_profiles_carry_the_pai_fit():
     f = fit_pai(DATA)
     assert f.jobs == 4 and f.worker_iterations == 29719
-    for name in ("ps_4class_1gbe", "ps_gavel_1gbe"):
+    for name in ("ps_4class_1gbe", "ps_gavel_1gbe", "ps_4class_resnet50_10gbe", "ps_gavel_resnet50_10gbe"):
         cfg = yaml.safe_load((ROOT / "conf" / "hardware" / f"{name}.yaml").read_text())
         assert cfg["noise_sigma"] == pytest.approx(f.noise_sigma, rel=5e-3)
         assert cfg["straggler_prob"] == pytest.approx(f.straggler_prob, rel=5e-3)
@@ -94,3 +94,13 @@ def test_malformed_trace_names_file_line_field(tmp_path):
         load_pai_minibatch(q)
     with pytest.raises(FileNotFoundError, match="vendored"):
         load_pai_minibatch(tmp_path / "missing.csv.gz")
+
+
+@pytest.mark.parametrize("name", ["ps_4class_resnet50_10gbe", "ps_gavel_resnet50_10gbe"])
+def test_resnet50_profiles_follow_the_timing_model(name):
+    from common.timing import MODELS, effective_flops_per_s, step_time_s
+
+    cfg = yaml.safe_load((ROOT / "conf" / "hardware" / f"{name}.yaml").read_text())
+    m = MODELS[cfg["workload"]]()
+    assert cfg["payload_bytes"] == m.grad_bytes() == 102_228_128
+    assert cfg["base_step_s"] == pytest.approx(step_time_s(m, cfg["base_batch"], effective_flops_per_s("v100")))

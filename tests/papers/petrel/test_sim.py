@@ -216,3 +216,35 @@ def test_dssp_controller_known_answer():
     assert not gate.may_proceed(sim, 0)
     sim.clock = np.array([4, 2])  # gap 2 <= s_L: always go
     assert gate.may_proceed(sim, 0)
+
+
+@pytest.mark.parametrize("kind", ["casp_kmeans", "bsp", "asp"])
+def test_traffic_per_tier_is_conserved(make_sim, kind):
+    """Per tier, bytes leaving senders = bytes arrived + bytes in flight; the PS tier is exactly the PS NIC's bytes,
+    the leader tier exactly the worker<->worker bytes; a realistic payload replaces the proxy's size."""
+    from papers.petrel.sim import TIERS
+
+    pol = {"casp_kmeans": SyncPolicy(name="c", kind="casp", grouping="kmeans", num_communities=2),
+           "bsp": SyncPolicy(name="b", kind="bsp"), "asp": SyncPolicy(name="a", kind="asp")}[kind]
+    hw = PSClusterHardware(name="t", num_workers=6, class_speeds=[1.0, 0.5, 0.25], payload_bytes=10_000)
+    sim, engine = make_sim(pol, hw=hw, max_time_s=0.3)
+    run(sim, engine)
+    assert sim.msg_bytes == 10_000 + hw.header_bytes
+    in_flight = sim.bytes_in_flight
+    for t in TIERS:
+        assert sim.tier_sent[t] >= sim.tier_arrived[t]
+    assert sum(sim.tier_sent.values()) - sum(sim.tier_arrived.values()) == in_flight
+    # PS tier: what left the PS egress plus what left workers toward the PS = PS NIC in + out
+    assert sim.tier_sent["ps"] == sim.ps_out.bytes + sim.ps_in.bytes
+    # every byte on worker NICs: PS-tier messages cross one, leader-tier messages two
+    worker_nic = sum(link.bytes for link in sim.w_in) + sum(link.bytes for link in sim.w_out)
+    assert worker_nic == sim.tier_sent["ps"] + 2 * sim.tier_sent["leader"]
+    # egress = ingress bytes on each tier's links
+    assert sim.ps_in.bytes + sum(link.bytes for link in sim.w_in) == \
+        sim.ps_out.bytes + sum(link.bytes for link in sim.w_out)
+    if kind == "casp_kmeans":
+        assert sim.tier_sent["leader"] > 0
+    else:
+        assert sim.tier_sent["leader"] == 0
+    s = sim.summary()
+    assert s["leader_bytes_to_target"] == pytest.approx(s["wire_bytes_to_target"] - s["ps_bytes_to_target"])
