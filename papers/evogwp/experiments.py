@@ -24,6 +24,7 @@ def _table(ctx: RunContext) -> pd.DataFrame:
     rows, extra = run_table(ctx)
     df = pd.DataFrame(rows)
     _horizon_figure(ctx, df)
+    _boundary_figure(ctx, df)
     if ctx.params.figure_policies:
         _prediction_figure(ctx, extra)
     return df
@@ -47,6 +48,43 @@ def _horizon_figure(ctx: RunContext, df: pd.DataFrame) -> None:
         )
         ax.set_title(st, fontsize=9)
     ctx.save_figure(fig, "mae_by_horizon")
+
+
+def boundary_gains(df: pd.DataFrame, ours: str = "evogwp") -> pd.DataFrame:
+    """Per seed of ``ours``: the % reduction of masked MAE against the seed-mean of last value and of
+    ``best_sota``, per setting, periodicity group and horizon step (rows of ``mae_masked_by_group``)."""
+    sel = df[(df["metric"] == "mae_masked_by_group") & (df["horizon"] != "avg")].copy()
+    if sel.empty or ours not in set(sel["policy"]):
+        return pd.DataFrame()
+    sel["step"] = sel["horizon"].astype(int)
+    keys = ["setting", "group", "step"]
+    out = []
+    mine = sel[sel["policy"] == ours]
+    for base in ("last_value", "best_sota"):
+        b = sel[sel["policy"] == base].groupby(keys)["value"].mean().rename("base")
+        if b.empty:
+            continue
+        m = mine.join(b, on=keys).dropna(subset=["base"])
+        m = m.assign(metric="gain_pct", value=100.0 * (m["base"] - m["value"]) / m["base"],
+                     label=f"vs {base}, " + m["group"])
+        out.append(m)
+    return pd.concat(out) if out else pd.DataFrame()
+
+
+def _boundary_figure(ctx: RunContext, df: pd.DataFrame) -> None:
+    """Claim boundary: EvoGWP's gain over last value and over the best state-of-the-art baseline against the
+    horizon step, on daily-periodic vs aperiodic entities (mean and 95 % CI over EvoGWP's seeds)."""
+    g = boundary_gains(df)
+    if g.empty:
+        return
+    settings = list(dict.fromkeys(g["setting"]))
+    fig, axes = figure(ncols=len(settings), w=5.0, h=3.8)
+    for ax, st in zip(axes[0], settings, strict=True):
+        lines_with_ci(ax, g[g["setting"] == st], "gain_pct", x="step", by="label", xlabel="horizon step",
+                      ylabel="masked-MAE reduction by EvoGWP (%)")
+        ax.axhline(0.0, color="black", lw=0.6)
+        ax.set_title(st, fontsize=9)
+    ctx.save_figure(fig, "boundary")
 
 
 def _prediction_figure(ctx: RunContext, extra: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ picked model's training gates."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from papers.evogwp.evaluate import best_of_rows
 
@@ -43,3 +44,33 @@ def test_best_sota_changes_only_with_the_validation_scores():
         if r["metric"] == "val_mae_masked":
             r["value"] = 1.0
     assert {r["picked"] for r in best_of_rows(a + b, ["a", "b"])} == {"a"}
+
+
+def test_daily_autocorrelation_separates_periodic_from_aperiodic_entities():
+    from papers.evogwp.evaluate import PERIODIC_ACF, daily_autocorrelation
+
+    t = np.arange(4 * 24)
+    rng = np.random.default_rng(0)
+    x = np.stack([np.sin(2 * np.pi * t / 24) + rng.normal(0, 0.1, t.size), rng.normal(0, 1, t.size),
+                  np.full(t.size, 3.0)], 1)
+    acf = daily_autocorrelation(x, 24)
+    assert acf[0] > 0.9 and abs(acf[1]) < PERIODIC_ACF and acf[2] == 0.0
+    np.testing.assert_array_equal(daily_autocorrelation(x[:30], 24), 0.0)  # under two days: unknown
+
+
+def test_boundary_gains_per_group_and_horizon():
+    import pandas as pd
+
+    from papers.evogwp.experiments import boundary_gains
+
+    rows = []
+    for pol, val in (("evogwp", 0.9), ("last_value", 1.0), ("best_sota", 0.8)):
+        for seed in ((0, 1) if pol != "last_value" else (0,)):
+            for group in ("periodic", "aperiodic"):
+                rows.append({"policy": pol, "seed": seed, "metric": "mae_masked_by_group", "value": val,
+                             "setting": "s", "group": group, "horizon": "1"})
+    g = boundary_gains(pd.DataFrame(rows))
+    by = g.groupby("label")["value"].mean()
+    assert by["vs last_value, periodic"] == pytest.approx(10.0)
+    assert by["vs best_sota, aperiodic"] == pytest.approx(-12.5)
+    assert len(g) == 8  # 2 seeds x 2 groups x 2 baselines
