@@ -1,11 +1,12 @@
 """Score a saved forecaster on a new utilisation CSV and print one JSON object.
 
     python -m papers.evogwp.score --checkpoint PATH --csv NEW.csv.gz [--history OLD.csv.gz]
-                                  [--input 12] [--horizon 12]
+                                  [--input 12] [--horizon 12] [--stride 1]
 
 The CSV format is the shipped one: first column time (integer, strictly increasing, evenly spaced), one column
 per entity, values in %. The history is OLD followed by NEW; every window whose first target lies in NEW is
-scored, so the first windows read the end of OLD. The model, last value and seasonal naive (same time one day
+scored (every ``stride``-th one: ``--stride 12`` scores consecutive non-overlapping windows, the experiments'
+protocol, and costs 1/12 of stride 1), so the first windows read the end of OLD. The model, last value and seasonal naive (same time one day
 before) are scored on the same windows: those for which every one of them has the history it needs (the rest
 are counted as ``windows_skipped``).
 
@@ -76,9 +77,12 @@ def _clean(x: float) -> float | None:
     return None if x is None or not math.isfinite(x) else round(float(x), 6)
 
 
-def score(f: Forecaster, new: WorkloadMatrix, old: WorkloadMatrix | None = None) -> dict:
+def score(f: Forecaster, new: WorkloadMatrix, old: WorkloadMatrix | None = None, stride: int = 1) -> dict:
     """The JSON-able scoring report of ``f`` on NEW (after OLD); see the module docstring."""
     import pandas as pd
+
+    if int(stride) != stride or stride < 1:
+        raise DataError(f"--stride must be a positive integer, got {stride}")
 
     names = f.entities if f.fixed_entities else new.entities
     if f.fixed_entities:
@@ -99,7 +103,7 @@ def score(f: Forecaster, new: WorkloadMatrix, old: WorkloadMatrix | None = None)
         raise DataError(
             f"NEW has too few steps: {new.values.shape[0]} rows give no complete {q}-step target window"
         )
-    all_o = np.arange(max(first, 0), t_end + 1)
+    all_o = np.arange(max(first, 0), t_end + 1, int(stride))
     o = all_o[all_o >= need]
     report: dict = {
         "checkpoint_policy": f.name,
@@ -108,6 +112,7 @@ def score(f: Forecaster, new: WorkloadMatrix, old: WorkloadMatrix | None = None)
         "trained_on": f.meta.get("dataset"),
         "input": p,
         "horizon": q,
+        "stride": int(stride),
         "aggregate_steps": agg,
         "entities_scored": len(names),
         "entities_unseen": sum(e not in set(f.entities) for e in names),
@@ -147,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--history", default=None, help="OLD data that precedes NEW (same format)")
     ap.add_argument("--input", type=int, default=None, help="input steps (must match the checkpoint)")
     ap.add_argument("--horizon", type=int, default=None, help="forecast steps (must match the checkpoint)")
+    ap.add_argument("--stride", type=int, default=1, help="score every stride-th window (12: non-overlapping)")
     args = ap.parse_args(argv)
     try:
         f = load(args.checkpoint)
@@ -161,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         new = load_workload_matrix(args.csv)
         old = load_workload_matrix(args.history) if args.history else None
         check_time(new.time, args.csv) if new.time.size >= 2 else None
-        rep = score(f, new, old)
+        rep = score(f, new, old, args.stride)
     except (DataError, TraceFormatError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

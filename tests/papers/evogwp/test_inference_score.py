@@ -163,6 +163,14 @@ def test_score_cli_scores_every_window_of_new(ckpts, tmp_path, capsys):
     assert rep2["windows"] == PERIOD - 12 + 1 and rep2["windows_skipped"] == PERIOD
     rc, _, err = _run(capsys, "--checkpoint", ckpts["dlinear"][0], "--csv", new)
     assert rc == 2 and "--history" in err
+    # --stride 12 scores exactly every 12th of the same windows
+    rc, rep3, err = _run(capsys, "--checkpoint", ckpts["dlinear"][0], "--csv", new2, "--stride", 12)
+    assert rc == 0, err
+    assert rep3["windows"] == len(range(PERIOD, 2 * PERIOD - 12 + 1, 12)) and rep3["stride"] == 12
+    o12 = PERIOD + 12 * np.arange(rep3["windows"])
+    v2 = _values(2, seed=2)
+    want12 = np.abs(np.round(v2, 2)[o12 - 1][:, None] - np.round(v2, 2)[o12[:, None] + np.arange(12)]).mean()
+    assert rep3["metrics"]["last_value"]["mae"] == pytest.approx(want12, rel=1e-4)
 
 
 def test_graph_free_models_score_unseen_entities_fixed_graph_models_refuse(ckpts, tmp_path, capsys):
@@ -205,6 +213,7 @@ def test_gaps_and_constant_series_are_counted(ckpts, tmp_path, capsys):
         ("horizon", "trained for 12 -> 12"),
         ("overlap", "not after the end"),
         ("bad_checkpoint", "checkpoint"),
+        ("stride", "--stride must be a positive integer"),
     ],
 )
 def test_bad_input_is_a_clear_error(ckpts, tmp_path, capsys, case, message):
@@ -220,6 +229,9 @@ def test_bad_input_is_a_clear_error(ckpts, tmp_path, capsys, case, message):
     elif case == "horizon":
         new = _write_csv(tmp_path / "n.csv.gz", _values(2), names)
         args = ["--horizon", 6]
+    elif case == "stride":
+        new = _write_csv(tmp_path / "n.csv.gz", _values(2), names)
+        args = ["--stride", 0]
     elif case == "overlap":
         new = _write_csv(tmp_path / "n.csv.gz", _values(1), names)
         args = ["--history", _write_csv(tmp_path / "o.csv.gz", _values(1), names, start_step=10)]
