@@ -6,9 +6,9 @@
 The CSV format is the shipped one: first column time (integer, strictly increasing, evenly spaced), one column
 per entity, values in %. The history is OLD followed by NEW; every window whose first target lies in NEW is
 scored (every ``stride``-th one: ``--stride 12`` scores consecutive non-overlapping windows, the experiments'
-protocol, and costs 1/12 of stride 1), so the first windows read the end of OLD. The model, last value and seasonal naive (same time one day
-before) are scored on the same windows: those for which every one of them has the history it needs (the rest
-are counted as ``windows_skipped``).
+protocol, and costs 1/12 of stride 1), so the first windows read the end of OLD. The model, last value and
+seasonal naive (same time one day before) are scored on the same windows: those for which every one of them has
+the history it needs (the rest are counted as ``windows_skipped``).
 
 Entities are matched by name. A model with a fixed graph or node embeddings (DCRNN, Graph WaveNet, the EvoGWP
 ablations with a static graph or free embeddings) reads exactly its training entities (extra columns are

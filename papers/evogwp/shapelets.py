@@ -238,7 +238,7 @@ def hellinger_score(dist: jax.Array, onehot: jax.Array, var_floor: float = 0.05)
     return jnp.where(valid, h2, 0.0).sum() / jnp.maximum(valid.sum(), 1)
 
 
-def separation_score(dist: jax.Array, onehot: jax.Array, cfg: "ShapeletConfig") -> jax.Array:
+def separation_score(dist: jax.Array, onehot: jax.Array, cfg: ShapeletConfig) -> jax.Array:
     if cfg.score == "kl":
         return kl_score(dist, onehot, cfg.var_floor)
     return hellinger_score(dist, onehot, cfg.var_floor)

@@ -4,8 +4,6 @@ pseudo-label classes and shapelet scores are well-formed."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from common.traces.workload import load_workload_matrix
 from papers.evogwp.data import Scaler, chrono_split, prepare
 from papers.evogwp.forecasters import fit_evo_inputs

@@ -17,8 +17,8 @@ from papers.evogwp.evolution import (
 from papers.evogwp.shapelets import (
     ShapeletConfig,
     Shapelets,
-    farthest_points,
     enforce_min_class_size,
+    farthest_points,
     fit_shapelets,
     hellinger_score,
     kl_score,
