@@ -185,7 +185,7 @@ class TrainParams:
     val_windows: int = 48
     cl_decay_steps: float = 75.0  # scheduled sampling k
     patience: int = 4  # early stopping: rounds in a row without a relative improvement > min_delta
-    min_delta: float = 0.002  # relative; also the plateau tolerance of the ``converged`` gate
+    min_delta: float = 0.005  # relative; also the plateau tolerance of the ``converged`` gate
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.eval_every < 1 or self.val_windows < 1:

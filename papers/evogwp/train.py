@@ -9,7 +9,7 @@ Each step samples a batch of training windows, computes the masked MAE in the da
 gaps or exactly 0 are dropped, as in the authors' code), clips the gradient norm and applies Adam with a
 multi-step learning-rate decay. After every round the validation masked MAE (no teacher forcing) is computed
 and the best parameters so far are kept; after ``patience`` rounds without a relative improvement of
-``min_delta`` the run stops (its state is frozen, so the loop keeps a fixed shape; once every seed has stopped
+``min_delta`` (counted from the start, acted on only after the last learning-rate decay) the run stops (its state is frozen, so the loop keeps a fixed shape; once every seed has stopped
 the remaining rounds cost nothing).
 
 ``make_predict(build, P, Q, context)`` returns ``predict(params, arrays, origins) -> [W, Q, N]`` forecasts in
@@ -45,6 +45,11 @@ def masked_mae(pred: jax.Array, y: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.sum(jnp.abs(pred - y) * mask) / jnp.maximum(mask.sum(), 1.0)
 
 
+def bounds_of(cfg: TrainParams) -> list[int]:
+    """The steps at which the learning rate is multiplied by ``lr_gamma``."""
+    return sorted({int(round(m * cfg.steps)) for m in cfg.lr_milestones if 0 < m < 1})
+
+
 def make_step(build: Build, input_len: int, horizon: int, cfg: TrainParams, context: Context | None = None):
     """``(tx, loss_fn, step)``: the optimiser, the masked-MAE loss and one optimiser step on a sampled batch.
 
@@ -52,7 +57,7 @@ def make_step(build: Build, input_len: int, horizon: int, cfg: TrainParams, cont
     training loop scans over (and what the benchmark times).
     """
     graphdef = graphdef_of(build)
-    bounds = {int(round(m * cfg.steps)): cfg.lr_gamma for m in cfg.lr_milestones if 0 < m < 1}
+    bounds = {b: cfg.lr_gamma for b in bounds_of(cfg)}
     tx = optax.chain(
         optax.clip_by_global_norm(cfg.clip_norm),
         optax.adam(optax.piecewise_constant_schedule(cfg.lr, bounds), eps=1e-8),
@@ -86,17 +91,19 @@ def improved(val: jax.Array, best_val: jax.Array, min_delta: float) -> jax.Array
     return val < best_val * (1.0 - min_delta)
 
 
-def early_stopping_update(es, params, val, patience: int, min_delta: float):
+def early_stopping_update(es, params, val, patience: int, min_delta: float, can_stop=True):
     """One evaluation of early stopping: ``es = (best_params, best_val, bad_rounds, stopped)``.
 
     Keeps ``params`` as the best when ``val < best_val``; counts a round as bad unless it improves on the best
-    by more than the relative ``min_delta``; stops after ``patience`` bad rounds in a row. A stopped ``es`` no
-    longer changes (later evaluations are ignored)."""
+    by more than the relative ``min_delta``; stops after ``patience`` bad rounds in a row, but only where
+    ``can_stop`` (the training loop allows it once the learning-rate schedule has made its last decay, so a
+    noisy high-LR phase cannot end a run before the decay). A stopped ``es`` no longer changes (later evaluations
+    are ignored)."""
     best, best_val, bad, stopped = es
     better = val < best_val
     new_best = jax.tree.map(lambda a, b: jnp.where(better, a, b), params, best)
     new_bad = jnp.where(improved(val, best_val, min_delta), 0, bad + 1)
-    out = (new_best, jnp.minimum(val, best_val), new_bad, new_bad >= patience)
+    out = (new_best, jnp.minimum(val, best_val), new_bad, (new_bad >= patience) & can_stop)
     return jax.tree.map(lambda f, o: jnp.where(stopped, f, o), es, out)
 
 
@@ -120,6 +127,7 @@ def make_train(build: Build, input_len: int, horizon: int, cfg: TrainParams, con
     """
     tx, loss_fn, step = make_step(build, input_len, horizon, cfg, context)
     rounds = cfg.steps // cfg.eval_every
+    first_stop = max([0] + list(bounds_of(cfg)))  # no early stop before the last LR decay
 
     def start(key, arrays, train_origins, n_train, val_origins):
         k_init, k_loop = jax.random.split(key)
@@ -137,7 +145,10 @@ def make_train(build: Build, input_len: int, horizon: int, cfg: TrainParams, con
             c * cfg.eval_every + jnp.arange(cfg.eval_every),
         )
         val = loss_fn(new_carry[0], val_batch, arrays, 0.0, None)
-        es = early_stopping_update((best, best_val, bad, stopped), new_carry[0], val, cfg.patience, cfg.min_delta)
+        can_stop = (c + 1) * cfg.eval_every > first_stop
+        es = early_stopping_update(
+            (best, best_val, bad, stopped), new_carry[0], val, cfg.patience, cfg.min_delta, can_stop
+        )
         out = (new_carry, *es[:3], es[3], (losses.mean(), val), c + 1)
         frozen = (carry, best, best_val, bad, stopped, last, c + 1)
         nxt = jax.tree.map(lambda f, o: jnp.where(stopped, f, o), frozen, out)

@@ -163,7 +163,7 @@ def test_early_stopping_in_the_loop_freezes_and_returns_the_best(setup):
     build, arrays, tr, va, *_ = setup
     # min_delta 0.9: no round can improve by 90 %, so the run stops after patience = 1 round past the first
     cfg = TrainParams(steps=80, batch_size=8, lr=0.02, eval_every=10, val_windows=len(va), patience=1,
-                      min_delta=0.9)
+                      min_delta=0.9, lr_milestones=[])
     train = make_train(build, P, Q, cfg)
     args = (arrays, jnp.asarray(tr), jnp.int32(tr.size), jnp.asarray(va))
     keys = jax.vmap(jax.random.key)(jnp.asarray([0, 1]))
@@ -185,3 +185,13 @@ def test_early_stopping_in_the_loop_freezes_and_returns_the_best(setup):
     np.testing.assert_allclose(np.asarray(c2["val_mae_masked"]), val, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(best), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+def test_early_stopping_waits_for_the_last_learning_rate_decay(setup):
+    build, arrays, tr, va, *_ = setup
+    # same hopeless min_delta, but the LR decays at step 40: the first stop allowed is at the evaluation of step 50
+    cfg = TrainParams(steps=80, batch_size=8, lr=0.02, eval_every=10, val_windows=len(va), patience=1,
+                      min_delta=0.9, lr_milestones=[0.5])
+    train = jax.jit(make_train(build, P, Q, cfg))
+    _, curves = train(jax.random.key(0), arrays, jnp.asarray(tr), jnp.int32(tr.size), jnp.asarray(va))
+    assert int(curves["rounds_run"]) == 5 and bool(curves["stopped"])
