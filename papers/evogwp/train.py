@@ -9,8 +9,9 @@ Each step samples a batch of training windows, computes the masked MAE in the da
 gaps or exactly 0 are dropped, as in the authors' code), clips the gradient norm and applies Adam with a
 multi-step learning-rate decay. After every round the validation masked MAE (no teacher forcing) is computed
 and the best parameters so far are kept; after ``patience`` rounds without a relative improvement of
-``min_delta`` (counted from the start, acted on only after the last learning-rate decay) the run stops (its state is frozen, so the loop keeps a fixed shape; once every seed has stopped
-the remaining rounds cost nothing).
+``min_delta`` (counted from the start, acted on only after the last learning-rate decay) the run stops (its
+state is frozen, so the loop keeps a fixed shape; once every seed has stopped the remaining rounds cost
+nothing).
 
 ``make_predict(build, P, Q, context)`` returns ``predict(params, arrays, origins) -> [W, Q, N]`` forecasts in
 the data's units, batched with ``lax.map``.
