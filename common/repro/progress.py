@@ -1,9 +1,27 @@
-"""Plain-text progress lines (which experiment, how far, elapsed and ETA) for long runs."""
+"""Progress lines (which experiment, how far, elapsed and ETA) for long runs, through Python ``logging``.
+
+Lines go to the ``mlsys_repro`` logger: ``./reproduce.sh`` shows them on stderr (:func:`console_logging`), and a
+Hydra run (``python -m common.repro.main``) also writes them to its job log file.
+"""
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
+
+LOGGER = logging.getLogger("mlsys_repro")
+
+
+def console_logging() -> None:
+    """Show the ``mlsys_repro`` logger's INFO lines bare on stderr, unless something (Hydra) already handles them."""
+    if LOGGER.handlers or logging.getLogger().handlers:
+        return
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(logging.Formatter("%(message)s"))
+    LOGGER.addHandler(h)
+    LOGGER.setLevel(logging.INFO)
+    LOGGER.propagate = False
 
 
 def fmt_seconds(s: float) -> str:
@@ -17,12 +35,13 @@ class Progress:
     """Reports ``done/total`` of a unit of work with elapsed time and a linear ETA.
 
     ``label`` is set by the runner to ``paper/experiment``; experiments call :meth:`start` with the number of
-    steps they will report and :meth:`update` after each. Lines are throttled to one per ``min_interval`` s.
+    steps they will report and :meth:`update` after each. Lines are throttled to one per ``min_interval`` s and go
+    to ``stream`` when one is given, else to the ``mlsys_repro`` logger at INFO.
     """
 
     def __init__(self, label: str = "", stream=None, min_interval: float = 2.0):
         self.label = label
-        self.stream = stream or sys.stderr
+        self.stream = stream
         self.min_interval = min_interval
         self.total = 0
         self.done = 0
@@ -48,7 +67,13 @@ class Progress:
             f"  [{self.label}] {self.done}/{self.total} {getattr(self, 'what', 'steps')} ({pct:.0f}%)"
             f" elapsed {fmt_seconds(elapsed)} eta {eta_s}"
         )
-        print(msg + (f"  {note}" if note else ""), file=self.stream, flush=True)
+        self._emit(msg + (f"  {note}" if note else ""))
 
     def log(self, msg: str) -> None:
-        print(f"  [{self.label}] {msg}", file=self.stream, flush=True)
+        self._emit(f"  [{self.label}] {msg}")
+
+    def _emit(self, line: str) -> None:
+        if self.stream is not None:
+            print(line, file=self.stream, flush=True)
+        else:
+            LOGGER.info(line)

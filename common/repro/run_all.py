@@ -31,7 +31,7 @@ from common.repro import registry
 from common.repro.config import build_context, compose, experiments_of, papers_in_conf
 from common.repro.errors import ClaimsSchemaError, ConfigError, ResultSchemaError, RunLockedError, did_you_mean
 from common.repro.freshness import code_fingerprint, status, write_manifest
-from common.repro.progress import fmt_seconds
+from common.repro.progress import console_logging, fmt_seconds
 from common.repro.results import git_sha, to_frame, with_provenance, write_csv
 from common.traces.errors import TraceFormatError
 
@@ -134,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("-o", "--override", action="append", default=[], help="extra Hydra override, repeatable")
     ap.add_argument("--debug", action="store_true", help="print tracebacks of failures")
     args = ap.parse_args(argv)
+    console_logging()
     try:
         return _main(args)
     except KNOWN_ERRORS as e:

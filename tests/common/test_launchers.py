@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 import submitit
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -71,3 +72,90 @@ def test_sweep_over_experiments_writes_results_tree(toy_conf, tmp_path):
     assert sorted(p.name for p in (res / "toy").glob("*.csv")) == ["costs.csv", "slow.csv"]
     again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert again.stdout.count(": skipped ->") == 2, again.stdout
+
+
+def _main_cmd(toy_conf, *args):
+    return [sys.executable, "-m", "common.repro.main", "--config-dir", str(toy_conf), *args]
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "TOY_SKIP_SLEEP": "1"}
+
+
+def test_submitit_local_sweep_then_collect(toy_conf, tmp_path):
+    """A 2-point sweep through the submitit local launcher (the SLURM code path, run locally), flat job folders,
+    then ``common.repro.collect`` gathers it into one table and checks the toy claim on the pooled policies."""
+    sweep = tmp_path / "sweep"
+    cmd = _main_cmd(toy_conf, "-m", "experiment=toy/costs", "policy=toy/fast,toy/slow", "profile=smoke",
+                    "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}")
+    out = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert (sweep / ".submitit").is_dir()  # really went through submitit
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")) == ["0", "1"]  # flat
+    col = subprocess.run([sys.executable, "-m", "common.repro.collect", str(sweep)], cwd=ROOT, env=_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert col.returncode == 0, col.stdout + col.stderr
+    df = pd.read_csv(sweep / "collected.csv")
+    assert df["job"].astype(str).nunique() == 2 and set(df["policy"]) == {"fast", "slow"}
+    assert set(df["override.policy"]) == {"toy/fast", "toy/slow"}
+    assert len(df) == 2 * 3  # 2 policies x 3 smoke seeds x 1 metric
+    verdicts = pd.read_csv(sweep / "collected/toy/verdicts.csv")
+    assert verdicts.set_index("claim").loc["fast_is_2x", "verdict"] == "REPRODUCED"  # 5.0 vs 10.0 s: a 2x ratio
+
+
+def test_joblib_sweep_over_a_setting_is_collected_but_not_pooled(toy_conf, tmp_path):
+    sweep = tmp_path / "sweep"
+    cmd = _main_cmd(toy_conf, "-m", "experiment=toy/costs", "experiment.params.scale=1.0,3.0", "profile=smoke",
+                    "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}")
+    out = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    col = subprocess.run([sys.executable, "-m", "common.repro.collect", str(sweep)], cwd=ROOT, env=_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert col.returncode == 0, col.stdout + col.stderr
+    assert "claims not checked" in col.stdout
+    assert not (sweep / "collected").exists()
+    df = pd.read_csv(sweep / "collected.csv")
+    by_scale = df.groupby("override.experiment.params.scale")["value"].mean()
+    assert by_scale[3.0] == pytest.approx(3 * by_scale[1.0], rel=0.05)  # the setting really changed per job
+
+
+def test_collect_on_a_folder_without_jobs_exits_2(tmp_path, capsys):
+    from common.repro.collect import main as collect_main
+
+    assert collect_main([str(tmp_path)]) == 2
+    assert "no Hydra job folder" in capsys.readouterr().err
+
+
+def test_cfg_job_shows_what_will_run(toy_conf):
+    """``--cfg job`` prints the profile-merged experiment with the command line's values on top."""
+    cmd = _main_cmd(toy_conf, "experiment=toy/costs", "profile=smoke", "experiment.num_seeds=2",
+                    "experiment.params.scale=4.5", "--cfg", "job")
+    out = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    exp = OmegaConf.create(out.stdout).experiment
+    assert exp.num_seeds == 2  # the smoke profile says 3; the command line wins
+    assert exp.params.scale == 4.5 and "profiles" not in exp
+
+
+def test_single_run_uses_compile_cache_and_logs_to_hydra_file(toy_conf, tmp_path):
+    """main.py turns on the same persistent compile cache as ./reproduce.sh, and its progress and status lines go
+    through ``logging`` into Hydra's job log file."""
+    run_dir = tmp_path / "run"
+    env = {k: v for k, v in _env().items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    args = ["--config-dir", str(toy_conf), "experiment=toy/costs", "profile=smoke", f"hydra.run.dir={run_dir}"]
+    probe = ("import sys, jax, common.repro.main as m\n"
+             "orig = m.enable_compile_cache\n"
+             "def spy(root):\n"
+             "    orig(root)\n"
+             "    print('CACHE_DIR=' + str(jax.config.jax_compilation_cache_dir))\n"
+             "m.enable_compile_cache = spy\n"
+             "sys.argv = ['main.py', *sys.argv[1:]]\n"
+             "m.main()\n")
+    out = subprocess.run([sys.executable, "-c", probe, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"CACHE_DIR={ROOT / '.jax_cache'}" in out.stdout
+    logs = list(run_dir.glob("*.log"))
+    assert len(logs) == 1, logs
+    text = logs[0].read_text()
+    assert "[toy/costs] 2/2 policies" in text and "toy/costs: ran ->" in text
