@@ -17,9 +17,9 @@ long one iteration computes. This module gives both from a layer-stack descripti
 :func:`layer_positions` gives each layer's fractional position in the flattened gradient, so a simulator that
 splits a message into pieces can map pieces to layers.
 
-Parameter counts are checked in ``tests/papers/petrel/test_timing.py`` (Petrel is its first user) against published counts (VGG-16 138,357,544;
-ResNet-50 25,557,032, both counting batch-norm scale and offset but not running statistics) and against
-``flax.nnx.eval_shape`` of the same layers.
+Parameter counts are checked in ``tests/papers/petrel/test_timing.py`` (Petrel is its first user) against
+published counts (VGG-16 138,357,544; ResNet-50 25,557,032, both counting batch-norm scale and offset but not
+running statistics) and against ``flax.nnx.eval_shape`` of the same layers.
 """
 
 from __future__ import annotations

@@ -3,12 +3,20 @@ PS clusters with real MNIST training; sweeps over heterogeneity and worker count
 
 Every experiment returns long-format rows (``common.repro.results``). Per run: ``time_to_target_s`` (simulated
 wall-clock seconds until the test accuracy reaches ``params.target_accuracy``; the horizon if never),
-``ps_traffic_mb`` (push + pull bytes through the PS NIC until then), ``wire_traffic_mb`` (every link),
+``ps_traffic_mb`` (the PS tier: push + pull bytes through the PS NIC until then), ``leader_traffic_mb`` (the leader
+tier: member <-> community-leader bytes), ``wire_traffic_mb`` (every message once = PS + leader tier),
+``worker_nic_traffic_mb`` (bytes through worker NICs),
 ``gradients_to_target``, ``reached_target``, ``final_accuracy``, ``mean_staleness``, ``idle_fraction``.
 Two derived pseudo-policies per seed and condition summarise the non-community mechanisms (every policy whose
 kind is not ``casp``): ``best_noncommunity`` (the fastest one; its time, traffic and whether it reached the
 target) and ``mean_noncommunity`` (their mean time and mean traffic; reached only if every one of them did), so a
 time-to-target claim against them can be checked for censoring.
+
+With ``params.fixed_k``, every condition also runs CASP with k-means communities for each fixed k (``casp_k<k>``)
+on the reported seeds and on disjoint tuning seeds (``tuning_casp_k<k>``); ``casp_best_k`` repeats the rows of the
+k with the least mean time on the tuning seeds (``best_k`` says which). A3C policies carry two 0/1 gate metrics:
+``arms_differ`` (its greedy decisions over all runs of the experiment take >= 2 values of k) and ``converged``
+(:func:`papers.petrel.a3c.learning_summary` of its training).
 """
 
 from __future__ import annotations
@@ -21,14 +29,17 @@ import pandas as pd
 
 from common.repro import RunContext, experiment, metric_rows
 from common.repro.plots import bars_with_ci, figure, lines_with_ci
-from papers.petrel.runner import RunResult, agent_for, condition_hardware, run_policies, task_for
-from papers.petrel.schemas import PetrelParams
+from papers.petrel.a3c import arms_differ, learning_summary
+from papers.petrel.runner import RunResult, agent_for, condition_hardware, run_jobs, task_for
+from papers.petrel.schemas import PetrelParams, SyncPolicy
 
 MB = 1e6
 BASE_METRICS = {
     "time_to_target_s": ("time_to_target_s", 1.0, "s"),
     "ps_traffic_mb": ("ps_bytes_to_target", 1 / MB, "MB"),
     "wire_traffic_mb": ("wire_bytes_to_target", 1 / MB, "MB"),
+    "leader_traffic_mb": ("leader_bytes_to_target", 1 / MB, "MB"),
+    "worker_nic_traffic_mb": ("worker_nic_bytes_to_target", 1 / MB, "MB"),
     "gradients_to_target": ("gradients_to_target", 1.0, "count"),
     "reached_target": ("reached_target", 1.0, "fraction"),
     "final_accuracy": ("final_accuracy", 1.0, "fraction"),
@@ -93,23 +104,90 @@ def _curve_rows(results: Sequence[RunResult]) -> list[dict[str, Any]]:
     return rows
 
 
+def _fixed_k_policies(ctx: RunContext, n: int) -> dict[str, SyncPolicy]:
+    """CASP with k-means communities for each candidate k <= n (decision interval as the A3C policy's)."""
+    every = next((p.decision_every_steps for p in ctx.policies.values() if p.kind == "casp" and p.grouping == "a3c"),
+                 100.0)
+    return {f"casp_k{k}": SyncPolicy(name=f"casp_k{k}", kind="casp", grouping="kmeans", num_communities=int(k),
+                                     decision_every_steps=every)
+            for k in sorted(set(ctx.params.fixed_k)) if k <= n}
+
+
+def pick_best_k(tuning: Sequence[RunResult]) -> int:
+    """The k whose mean time to target over the tuning runs is least (ties: the smaller k)."""
+    times: dict[int, list[float]] = {}
+    for r in tuning:
+        times.setdefault(int(r.policy.rsplit("_k", 1)[1]), []).append(r.metrics["time_to_target_s"])
+    return min(times, key=lambda k: (float(np.mean(times[k])), k))
+
+
+def _condition(ctx: RunContext, task, hw, agents, note: str, **cond: Any):
+    """Rows of every policy (and the fixed-k baseline) on one hardware condition, the runs, and the A3C decisions."""
+    p: PetrelParams = ctx.params
+    seeds = [int(s) for s in ctx.seeds()]
+    jobs = [(name, pol, s) for name, pol in ctx.policies.items() for s in seeds]
+    fixed = _fixed_k_policies(ctx, hw.num_workers) if p.fixed_k else {}
+    tune_seeds = [p.tuning_seed_offset + i for i in range(p.tuning_seeds)]
+    jobs += [(name, pol, s) for name, pol in fixed.items() for s in seeds]
+    jobs += [(f"tuning_{name}", pol, s) for name, pol in fixed.items() for s in tune_seeds]
+    res = run_jobs(task, hw, jobs, p, agents, progress=lambda sim: ctx.progress.update(note=f"{note} {sim.label}"))
+    rows = _rows(res, **cond)
+    if fixed:
+        best = pick_best_k([r for r in res if r.policy.startswith("tuning_")])
+        for r in res:
+            if r.policy == f"casp_k{best}":
+                rows += _rows([RunResult("casp_best_k", r.seed, r.metrics, r.curve, r.decisions)], **cond)
+                rows += metric_rows("casp_best_k", {"best_k": (float(best), "count")}, seeds=[r.seed], **cond)
+    decisions = [(r.policy, r.seed, cond, [k for _, k in r.decisions]) for r in res if r.policy in agents]
+    return rows, res, decisions
+
+
+def _gate_rows(agents, decisions) -> list[dict[str, Any]]:
+    """``arms_differ`` (over every run of the experiment) and ``converged`` rows for each A3C policy and run."""
+    rows: list[dict[str, Any]] = []
+    for name, agent in agents.items():
+        mine = [d for d in decisions if d[0] == name]
+        differ = arms_differ([d[3] for d in mine])
+        conv = learning_summary(agent.log, len(agent.conditions))["converged"]
+        for _, seed, cond, _ in mine:
+            rows += metric_rows(name, {"arms_differ": (differ, "flag"), "converged": (conv, "flag")}, seeds=[seed],
+                                **cond)
+    return rows
+
+
 def _sweep(ctx: RunContext, column: str, values: Sequence[Any], hw_for) -> list[dict[str, Any]]:
     task = task_for(ctx.params, ctx.data_dir)
     agents = _agents(ctx, task)
-    seeds = ctx.seeds()
-    ctx.progress.start(len(values) * len(ctx.policies) * len(seeds), "runs")
+    p: PetrelParams = ctx.params
+    per = len(ctx.policies) * ctx.num_seeds + len(set(p.fixed_k)) * (ctx.num_seeds + p.tuning_seeds)
+    ctx.progress.start(len(values) * per, "runs")
     rows: list[dict[str, Any]] = []
+    decisions: list = []
     for v in values:
-        res = run_policies(task, hw_for(v), ctx.policies, seeds, ctx.params, agents,
-                           progress=lambda s, v=v: ctx.progress.update(note=f"{column}={v} {s.label}"))
-        rows += _rows(res, **{column: v})
+        hw = hw_for(v)
+        cond = {column: v}
+        if column == "link_gbps":
+            cond["comm_ratio"] = round(comm_compute_ratio(hw, task, p), 4)
+        r, _, d = _condition(ctx, task, hw, agents, f"{column}={v}", **cond)
+        rows += r
+        decisions += d
     rows += _derived(rows, ctx, [column])
+    rows += _gate_rows(agents, decisions)
     return rows
+
+
+def comm_compute_ratio(hw, task, params: PetrelParams) -> float:
+    """One message's transfer time over a worker link / the fastest class's iteration at the per-worker batch."""
+    nbytes = (hw.payload_bytes or 4 * task.num_params) + hw.header_bytes
+    gbps = min(hw.ps_bandwidth_gbps, hw.worker_bandwidth_gbps)
+    step = hw.base_step_s * params.batch_per_worker(hw.num_workers) / hw.base_batch / max(hw.class_speeds)
+    return nbytes * 8 / (gbps * 1e9) / step
 
 
 def _sweep_figure(ctx: RunContext, rows: list[dict[str, Any]], column: str, xlabel: str, logx: bool) -> None:
     df = pd.DataFrame(rows)
-    df = df[~df["policy"].isin(DERIVED)]
+    df = df[~df["policy"].isin(DERIVED) & ~df["policy"].str.startswith("tuning_")
+            & ~(df["policy"].str.startswith("casp_k"))]
     fig, axes = figure(ncols=2)
     lines_with_ci(axes[0, 0], df, "time_to_target_s", column, xlabel=xlabel,
                   ylabel="time to target accuracy (simulated wall-clock s)", logx=logx)
@@ -139,17 +217,33 @@ def scalability(ctx: RunContext):
     return rows
 
 
+@experiment("petrel", "comm_ratio", params=PetrelParams)
+def comm_ratio(ctx: RunContext):
+    """Claim boundary: time to target and traffic vs the communication-to-compute ratio (every NIC's rate swept;
+    ``comm_ratio`` = one message's transfer time / the fastest worker's iteration time)."""
+    p: PetrelParams = ctx.params
+    rates = p.link_gbps or [ctx.hardware.ps_bandwidth_gbps]
+    ratio = p.speed_ratios[0] if p.speed_ratios else None
+    workers = p.worker_counts[0] if p.worker_counts else None
+    rows = _sweep(ctx, "link_gbps", [float(g) for g in rates],
+                  lambda g: condition_hardware(ctx.hardware, ratio=ratio, workers=workers, link_gbps=g))
+    _sweep_figure(ctx, rows, "link_gbps", "link rate of every NIC (Gb/s)", logx=True)
+    return rows
+
+
 def _single(ctx: RunContext, curves: bool) -> tuple[list[dict[str, Any]], list[RunResult]]:
     p: PetrelParams = ctx.params
     task = task_for(p, ctx.data_dir)
     agents = _agents(ctx, task)
     hw = condition_hardware(ctx.hardware, ratio=p.speed_ratios[0] if p.speed_ratios else None,
-                            workers=p.worker_counts[0] if p.worker_counts else None)
-    ctx.progress.start(len(ctx.policies) * ctx.num_seeds, "runs")
-    res = run_policies(task, hw, ctx.policies, ctx.seeds(), p, agents,
-                       progress=lambda s: ctx.progress.update(note=s.label))
-    rows = _rows(res)
+                            workers=p.worker_counts[0] if p.worker_counts else None,
+                            link_gbps=p.link_gbps[0] if p.link_gbps else None)
+    per = len(ctx.policies) * ctx.num_seeds + len(set(p.fixed_k)) * (ctx.num_seeds + p.tuning_seeds)
+    ctx.progress.start(per, "runs")
+    rows, res, decisions = _condition(ctx, task, hw, agents, "")
     rows += _derived(rows, ctx, [])
+    rows += _gate_rows(agents, decisions)
+    res = [r for r in res if r.policy in ctx.policies]
     if curves:
         rows += _curve_rows(res)
     return rows, res
@@ -189,7 +283,7 @@ def ablation(ctx: RunContext):
     (speed classes, never re-formed) and random assignment."""
     rows, _ = _single(ctx, curves=False)
     df = pd.DataFrame(rows)
-    df = df[~df["policy"].isin(DERIVED)]
+    df = df[~df["policy"].isin(DERIVED) & ~df["policy"].str.startswith("tuning_")]
     fig, axes = figure(ncols=2)
     bars_with_ci(axes[0, 0], df, "time_to_target_s", ylabel="time to target (simulated wall-clock s)")
     bars_with_ci(axes[0, 1], df, "ps_traffic_mb", ylabel="PS traffic to target (MB)")
@@ -199,31 +293,40 @@ def ablation(ctx: RunContext):
 
 @experiment("petrel", "a3c_training", params=PetrelParams)
 def a3c_training(ctx: RunContext):
-    """Training curve of the A3C community agent (asynchronous actor-learner threads)."""
+    """Learning curve of the A3C community agent: return per episode and per chunk (one pass over every training
+    condition), the k it chose, and the gate metrics ``improved``, ``plateaued`` and ``converged``."""
     task = task_for(ctx.params, ctx.data_dir)
     agents = _agents(ctx, task)
     if not agents:
         raise ValueError("a3c_training needs a casp policy with grouping 'a3c'")
     rows: list[dict[str, Any]] = []
     fig, axes = figure(ncols=2)
+    seed = int(ctx.seed)
     for name, agent in agents.items():
         log = agent.log
         order = np.argsort(log.episode)
-        eps = np.asarray(log.episode)[order]
-        ret = np.asarray(log.ret)[order]
-        mk = np.asarray(log.mean_k)[order]
-        for e, r, k, a in zip(eps, ret, mk, np.asarray(log.actor)[order], strict=True):
+        cols = {k: np.asarray(getattr(log, k))[order] for k in ("episode", "ret", "mean_k", "condition", "chunk",
+                                                                "actor")}
+        for e, r, k, c, ch, a in zip(*(cols[x] for x in ("episode", "ret", "mean_k", "condition", "chunk", "actor")),
+                                     strict=True):
+            n, ratio, gbps = agent.conditions[int(c)]
             rows += metric_rows(name, {"episode_return": (r, "reward"), "episode_mean_k": (k, "count")},
-                                seeds=[int(ctx.seed)], episode=int(e), actor=int(a))
-        rows += metric_rows(name, {"shared_updates": (log.updates, "count")}, seeds=[int(ctx.seed)], episode=-1,
-                            actor=-1)
-        w = max(1, len(ret) // 8)
-        smooth = np.convolve(ret, np.ones(w) / w, mode="valid")
-        axes[0, 0].plot(eps, ret, ".", alpha=0.4, label=f"{name} episodes")
-        axes[0, 0].plot(eps[w - 1:], smooth, "-", label=f"{name} running mean ({w})")
-        axes[0, 1].plot(eps, mk, ".", alpha=0.6, label=name)
+                                seeds=[seed], episode=int(e), chunk=int(ch), actor=int(a), num_workers=n,
+                                speed_ratio=ratio, link_gbps=gbps)
+        chunks = np.unique(cols["chunk"])
+        means = [float(cols["ret"][cols["chunk"] == c].mean()) for c in chunks]
+        for c, m in zip(chunks, means, strict=True):
+            rows += metric_rows(name, {"chunk_return": (m, "reward")}, seeds=[seed], chunk=int(c))
+        summ = learning_summary(log, len(agent.conditions))
+        rows += metric_rows(name, {"improved": (summ["improved"], "flag"), "plateaued": (summ["plateaued"], "flag"),
+                                   "converged": (summ["converged"], "flag"),
+                                   "complete_chunks": (summ["chunks"], "count"),
+                                   "shared_updates": (log.updates, "count")}, seeds=[seed])
+        axes[0, 0].plot(cols["episode"], cols["ret"], ".", alpha=0.3, label=f"{name} episodes")
+        axes[0, 0].plot((chunks + 0.5) * len(agent.conditions), means, "-o", label=f"{name} chunk mean")
+        axes[0, 1].plot(cols["episode"], cols["mean_k"], ".", alpha=0.4, label=name)
     axes[0, 0].set_xlabel("episode")
-    axes[0, 0].set_ylabel("episode return")
+    axes[0, 0].set_ylabel("episode return (probe log-loss decrease rate)")
     axes[0, 1].set_xlabel("episode")
     axes[0, 1].set_ylabel("mean communities chosen (k)")
     for ax in axes[0]:

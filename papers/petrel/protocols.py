@@ -153,4 +153,4 @@ def make_protocol(policy: SyncPolicy, sim_n: int, prior_k: int, seed: int, agent
         raise ValueError(f"policy {policy.name}: grouping 'a3c' needs a trained agent")
     from papers.petrel.a3c import A3CCommunities
 
-    return A3CCommunities(agent, policy.max_communities, greedy=True), Gate()
+    return A3CCommunities(agent, greedy=True), Gate()

@@ -12,8 +12,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from papers.petrel.a3c import SharedAgent, train_a3c, with_episodes
 from papers.petrel.engine import GradEngine, Task, load_task
 from papers.petrel.hardware import with_speed_ratio, with_workers
@@ -67,16 +65,28 @@ def _agent_key(policy: SyncPolicy, hw: PSClusterHardware, params: PetrelParams, 
     hw_base = dataclasses.replace(hw, name="", description="", class_speeds=[1.0], class_names=[],
                                   class_fractions=[], num_workers=max(policy.a3c.train_workers),
                                   prior_communities=0)
-    return repr((policy.a3c, episodes, policy.max_communities, policy.decision_every_steps, policy.ewma_alpha,
+    if policy.a3c.train_link_gbps:  # the agent trains on its own link rates: the hardware's do not matter
+        hw_base = dataclasses.replace(hw_base, ps_bandwidth_gbps=1.0, worker_bandwidth_gbps=1.0)
+    return repr((policy.a3c, episodes, policy.action_levels, policy.decision_every_steps, policy.ewma_alpha,
                  hw_base, params.dataset, params.model, params.hidden, params.global_batch, params.lr,
                  params.n_train, params.probe_size, params.engine_mode))
 
 
-def training_hardware(hw: PSClusterHardware, n: int, ratio: float, classes: int = 4) -> PSClusterHardware:
-    """The A3C training cluster: ``hw``'s network and noise, ``classes`` geometric speed classes, ``n`` workers."""
+def training_hardware(hw: PSClusterHardware, n: int, ratio: float, classes: int = 4,
+                      link_gbps: float = 0.0) -> PSClusterHardware:
+    """The A3C training cluster: ``hw``'s network (links at ``link_gbps`` if > 0) and noise, ``classes`` geometric
+    speed classes, ``n`` workers."""
     base = dataclasses.replace(hw, class_speeds=[1.0] * classes, class_names=[], class_fractions=[],
                                prior_communities=0, num_workers=max(n, classes))
+    if link_gbps > 0:
+        base = with_link_gbps(base, link_gbps)
     return with_workers(with_speed_ratio(base, ratio), n)
+
+
+def with_link_gbps(hw: PSClusterHardware, gbps: float) -> PSClusterHardware:
+    """The same cluster with every NIC (PS and workers) at ``gbps``."""
+    return dataclasses.replace(hw, ps_bandwidth_gbps=float(gbps), worker_bandwidth_gbps=float(gbps),
+                               name=f"{hw.name}_{gbps:g}gbps")
 
 
 def agent_for(policy: SyncPolicy, hw: PSClusterHardware, params: PetrelParams, task: Task,
@@ -87,24 +97,21 @@ def agent_for(policy: SyncPolicy, hw: PSClusterHardware, params: PetrelParams, t
     with _LOCK:
         if key in _AGENTS:
             return _AGENTS[key]
-    decision_s = policy.decision_every_steps * hw.base_step_s
-    horizon = cfg.episode_decisions * decision_s * (1 - 1e-9)
+    decision_steps = policy.decision_every_steps
 
-    def make_train_sim(ep: int, grouper: Grouper) -> tuple[PSSim, GradEngine]:
-        rng = np.random.default_rng([cfg.seed, ep, 0xE915])
-        n = int(rng.choice(cfg.train_workers))
-        ratio = float(rng.choice(cfg.train_speed_ratios))
-        thw = training_hardware(hw, n, ratio)
-        engine = GradEngine(task, mode=params.engine_mode)
-        sim = make_sim(task, engine, thw, policy, params, seed=cfg.seed + ep, grouper=grouper,
-                       max_time_s=horizon, target=2.0)
-        return sim, engine
+    def make_train_sim(ep: int, cond: tuple[int, float, float], grouper: Grouper, engine: GradEngine) -> PSSim:
+        n, ratio, gbps = cond
+        thw = training_hardware(hw, n, ratio, link_gbps=gbps)
+        horizon = cfg.episode_decisions * decision_steps * thw.base_step_s * (1 - 1e-9)
+        return make_sim(task, engine, thw, policy, params, seed=cfg.seed + ep, grouper=grouper,
+                        max_time_s=horizon, target=2.0)
 
     def progress(ep: int, ret: float) -> None:
-        if log:
+        if log and ((ep + 1) % 24 == 0 or ep + 1 == cfg.episodes):
             log(f"a3c episode {ep + 1}/{cfg.episodes}: return {ret:.3f}")
 
-    agent = train_a3c(cfg, policy.max_communities, make_train_sim, progress)
+    agent = train_a3c(cfg, policy.action_levels, make_train_sim,
+                      lambda: GradEngine(task, mode=params.engine_mode), progress)
     with _LOCK:
         _AGENTS[key] = agent
     return agent
@@ -114,22 +121,31 @@ def run_policies(task: Task, hw: PSClusterHardware, policies: Mapping[str, SyncP
                  params: PetrelParams, agents: Mapping[str, SharedAgent] | None = None,
                  progress: Callable[[PSSim], None] | None = None) -> list[RunResult]:
     """Run every (policy, seed) on ``hw`` to the target accuracy (or the horizon), batched together."""
+    jobs = [(name, pol, int(s)) for name, pol in policies.items() for s in seeds]
+    return run_jobs(task, hw, jobs, params, agents, progress)
+
+
+def run_jobs(task: Task, hw: PSClusterHardware, jobs: Sequence[tuple[str, SyncPolicy, int]], params: PetrelParams,
+             agents: Mapping[str, SharedAgent] | None = None,
+             progress: Callable[[PSSim], None] | None = None) -> list[RunResult]:
+    """Run every (name, policy, seed) job on ``hw``, all batched together on one engine."""
     engine = GradEngine(task, mode=params.engine_mode)
     sims: list[tuple[str, int, PSSim]] = []
-    for name, pol in policies.items():
+    for name, pol, s in jobs:
         agent = (agents or {}).get(name)
-        for s in seeds:
-            sims.append((name, int(s), make_sim(task, engine, hw, pol, params, int(s), agent)))
+        sims.append((name, int(s), make_sim(task, engine, hw, pol, params, int(s), agent)))
     run_batch([s for _, _, s in sims], engine, progress)
     return [RunResult(name, seed, sim.summary(), sim.curve(params.curve_points), list(sim.decisions))
             for name, seed, sim in sims]
 
 
-def condition_hardware(hw: PSClusterHardware, ratio: float | None = None, workers: int | None = None
-                       ) -> PSClusterHardware:
+def condition_hardware(hw: PSClusterHardware, ratio: float | None = None, workers: int | None = None,
+                       link_gbps: float | None = None) -> PSClusterHardware:
     out = hw
     if workers is not None:
         out = with_workers(out, workers)
     if ratio is not None:
         out = with_speed_ratio(out, ratio)
+    if link_gbps is not None:
+        out = with_link_gbps(out, link_gbps)
     return out

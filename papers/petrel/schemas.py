@@ -108,22 +108,23 @@ class PSClusterHardware(BaseHardware):
 class A3CConfig:
     """The A3C agent that picks the number of communities online (see papers/petrel/README.md)."""
 
-    actors: int = 2
-    episodes: int = 48  # total over all actors
-    episode_decisions: int = 10
-    t_max: int = 5
+    actors: int = 16  # actor-learners whose simulations run side by side
+    episodes: int = 504  # total over all actors (21 chunks of the 24 training conditions)
+    episode_decisions: int = 6
+    t_max: int = 3
     hidden: int = 64
     lr: float = 0.001
     gamma: float = 0.9
     entropy_coef: float = 0.01
-    value_coef: float = 0.5
+    value_coef: float = 0.25
     rmsprop_decay: float = 0.99
     rmsprop_eps: float = 0.1
     grad_clip: float = 40.0
-    reward_scale: float = 10.0
-    bytes_penalty: float = 0.1
+    reward_scale: float = 5.0
+    bytes_penalty: float = 0.0
     train_workers: list[int] = field(default_factory=lambda: [8, 16])
     train_speed_ratios: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])
+    train_link_gbps: list[float] = field(default_factory=list)  # link rates trained on (empty: the hardware's)
     seed: int = 100_000  # training seeds are seed, seed+1, ... (disjoint from evaluation seeds)
 
     def __post_init__(self) -> None:
@@ -137,6 +138,8 @@ class A3CConfig:
             raise ValueError("a3c.entropy_coef, value_coef and bytes_penalty must be >= 0")
         if not self.train_workers or min(self.train_workers) < 1:
             raise ValueError(f"a3c.train_workers must be a non-empty list of counts >= 1, got {self.train_workers}")
+        if any(g <= 0 for g in self.train_link_gbps):
+            raise ValueError(f"a3c.train_link_gbps must be > 0, got {self.train_link_gbps}")
         if not self.train_speed_ratios or min(self.train_speed_ratios) < 1:
             raise ValueError(f"a3c.train_speed_ratios must be >= 1, got {self.train_speed_ratios}")
 
@@ -157,7 +160,7 @@ class SyncPolicy(BasePolicy):
     grouping: str = "a3c"
     num_communities: int = 0  # kmeans/random: fixed k; 0 = the hardware's prior community count
     regroup: bool = True  # re-form communities at every decision (from measured speeds)
-    max_communities: int = 8  # a3c action space: k in 1..max_communities
+    action_levels: int = 9  # a3c action space: k = round(N^(a / (levels - 1))), a = 0..levels-1 (1..N)
     decision_every_steps: float = 50.0  # decision interval, in units of hardware.base_step_s
     ewma_alpha: float = 0.2  # weight of the newest iteration time in each worker's speed estimate
     a3c: A3CConfig = field(default_factory=A3CConfig)
@@ -172,8 +175,8 @@ class SyncPolicy(BasePolicy):
                              f"{self.staleness_low}, {self.staleness_high}")
         if self.grouping not in GROUPINGS:
             raise ValueError(f"policy.grouping must be one of {GROUPINGS}, got {self.grouping!r}")
-        if self.num_communities < 0 or self.max_communities < 1:
-            raise ValueError("policy.num_communities must be >= 0 and policy.max_communities >= 1")
+        if self.num_communities < 0 or self.action_levels < 2:
+            raise ValueError("policy.num_communities must be >= 0 and policy.action_levels >= 2 (k = 1 and k = N)")
         _positive("policy.decision_every_steps", self.decision_every_steps)
         if not (0 < self.ewma_alpha <= 1):
             raise ValueError(f"policy.ewma_alpha must be in (0, 1], got {self.ewma_alpha}")
@@ -200,6 +203,13 @@ class PetrelParams:
     a3c_episodes: int = 0  # overrides policy.a3c.episodes when > 0 (smoke profile)
     a3c_episode_decisions: int = 0  # overrides policy.a3c.episode_decisions when > 0 (smoke profile)
     curve_points: int = 40  # points per run kept for the accuracy/loss vs time curves
+    link_gbps: list[float] = field(default_factory=list)  # sweep: every NIC's rate, Gb/s (empty: as hardware)
+    # best fixed k baseline: CASP with k-means communities for each k here (k <= N), run on the reported seeds and
+    # on ``tuning_seeds`` seeds from ``tuning_seed_offset``; the k with the least mean time on the tuning seeds is
+    # reported as ``casp_best_k`` (picked without looking at the reported seeds)
+    fixed_k: list[int] = field(default_factory=list)
+    tuning_seeds: int = 2
+    tuning_seed_offset: int = 1000
 
     def __post_init__(self) -> None:
         if self.dataset not in ("mnist", "cifar10_jpeg"):
@@ -217,6 +227,11 @@ class PetrelParams:
             raise ValueError(f"params.engine_mode must be one of {ENGINE_MODES}, got {self.engine_mode!r}")
         if any(r < 1 for r in self.speed_ratios):
             raise ValueError(f"params.speed_ratios must be >= 1 (slowest/fastest), got {self.speed_ratios}")
+        if any(g <= 0 for g in self.link_gbps):
+            raise ValueError(f"params.link_gbps must be > 0, got {self.link_gbps}")
+        if any(k < 1 for k in self.fixed_k) or self.tuning_seeds < 1:
+            raise ValueError(f"params.fixed_k must be >= 1 and params.tuning_seeds >= 1, got {self.fixed_k}, "
+                             f"{self.tuning_seeds}")
         if any(n < 1 for n in self.worker_counts):
             raise ValueError(f"params.worker_counts must be >= 1, got {self.worker_counts}")
         if any(self.global_batch < n for n in self.worker_counts):

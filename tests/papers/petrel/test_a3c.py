@@ -1,29 +1,65 @@
-"""A3C: n-step returns, action masking, real asynchronous actor-learner threads updating shared parameters."""
+"""A3C: action range 1..N, the progress-rate reward, n-step returns, asynchronous actor-learners on shared
+parameters, the learning-curve gates (improved / plateaued / converged) and arms_differ."""
 
 from __future__ import annotations
-
-import threading
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from papers.petrel.a3c import Learner, SharedAgent, a3c_grads, feature_dim, init_params
+from papers.petrel.a3c import (
+    Learner,
+    SharedAgent,
+    TrainLog,
+    a3c_grads,
+    arms_differ,
+    episode_condition,
+    feature_dim,
+    init_params,
+    k_levels,
+    learning_summary,
+    progress_reward,
+    train_conditions,
+)
 from papers.petrel.schemas import A3CConfig, PSClusterHardware, SyncPolicy
 
 
-def test_masked_actions_never_chosen():
-    agent = SharedAgent(A3CConfig(), k_max=8, seed=0)
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 16, 64])
+def test_actions_span_one_to_n(n):
+    k = k_levels(n, 9)
+    assert k[0] == 1 and k[-1] == n  # k = 1 (BSP timing) and k = N (ASP) are both reachable
+    assert np.all(np.diff(k) >= 0) and k.min() >= 1 and k.max() <= n
+    if n == 16:
+        assert k.tolist() == [1, 1, 2, 3, 4, 6, 8, 11, 16]
+    with pytest.raises(ValueError):
+        k_levels(n, 1)
+
+
+def test_progress_reward_hand_case():
+    # probe loss 1.0 -> e^-0.5 over a full interval: log-loss decrease 0.5, scale 5 -> 2.5
+    assert progress_reward(0.0, -0.5, dt=10.0, interval=10.0, reward_scale=5.0) == pytest.approx(2.5)
+    # the same decrease in half the time is twice the rate
+    assert progress_reward(0.0, -0.5, dt=5.0, interval=10.0, reward_scale=5.0) == pytest.approx(5.0)
+    # loss going up is negative progress; no previous loss (first interval) is zero
+    assert progress_reward(0.0, 0.2, dt=10.0, interval=10.0, reward_scale=1.0) == pytest.approx(-0.2)
+    assert progress_reward(float("nan"), -3.0, dt=10.0, interval=10.0, reward_scale=1.0) == 0.0
+    # bytes penalty: PS bytes / capacity
+    assert progress_reward(0.0, -0.5, 10.0, 10.0, 1.0, ps_bytes=50.0, ps_capacity_bytes=100.0,
+                           bytes_penalty=0.2) == pytest.approx(0.5 - 0.1)
+
+
+def test_sampled_actions_cover_every_level():
+    agent = SharedAgent(A3CConfig(), levels=9, seed=0)
     rng = np.random.default_rng(0)
-    x = rng.standard_normal(feature_dim(8)).astype(np.float32)
-    acts = {agent.act(x, n_workers=3, rng=rng) for _ in range(300)}
-    assert acts <= {0, 1, 2} and len(acts) == 3
-    assert agent.act(x, n_workers=1) == 0
+    x = rng.standard_normal(feature_dim(9)).astype(np.float32)
+    acts = {agent.act(x, rng=rng) for _ in range(600)}
+    assert acts == set(range(9))
+    assert 0 <= agent.act(x) < 9
 
 
 def test_n_step_returns_known_answer(monkeypatch):
     cfg = A3CConfig(t_max=2, gamma=0.5)
-    agent = SharedAgent(cfg, k_max=2, seed=0)
+    agent = SharedAgent(cfg, levels=2, seed=0)
     seen = {}
 
     def fake_grads(params, x, a, ret, mask, value_coef, entropy_coef):
@@ -53,42 +89,87 @@ def test_a3c_loss_gradient_is_finite_and_respects_mask():
     assert np.allclose(np.asarray(g["bp"])[2:], 0.0)  # masked logits get no policy gradient
 
 
-def test_actor_threads_run_asynchronously_and_share_parameters(task):
+def test_chunks_visit_every_condition_once():
+    cfg = A3CConfig(train_workers=[8, 16], train_speed_ratios=[1.0, 4.0], train_link_gbps=[1.0, 10.0])
+    conds = train_conditions(cfg)
+    assert len(conds) == 8 and (16, 4.0, 10.0) in conds
+    for chunk in range(3):
+        seen = [episode_condition(cfg, chunk * 8 + i) for i in range(8)]
+        assert {c for c, _ in seen} == {chunk} and sorted(i for _, i in seen) == list(range(8))
+
+
+def _log(table):
+    log = TrainLog()
+    for ch, row in enumerate(table):
+        for c, r in enumerate(row):
+            log.ret.append(float(r))
+            log.chunk.append(ch)
+            log.condition.append(c)
+    return log
+
+
+def test_learning_summary_gates():
+    rng = np.random.default_rng(0)
+    base = rng.normal(0, 1, 6)
+    learning = [base + 3 * min(i, 4) / 4 + rng.normal(0, 0.05, 6) for i in range(8)]  # rises, then flat
+    s = learning_summary(_log(learning), 6)
+    assert s["improved"] == 1.0 and s["plateaued"] == 1.0 and s["converged"] == 1.0
+    flat = [base + rng.normal(0, 0.05, 6) for _ in range(8)]  # never improves
+    assert learning_summary(_log(flat), 6)["converged"] == 0.0
+    rising = [base + 0.5 * i + rng.normal(0, 0.01, 6) for i in range(8)]  # still climbing: no plateau
+    s = learning_summary(_log(rising), 6)
+    assert s["improved"] == 1.0 and s["plateaued"] == 0.0 and s["converged"] == 0.0
+    assert learning_summary(_log(learning[:3]), 6)["converged"] == 0.0  # too few chunks to tell
+
+
+def test_arms_differ():
+    assert arms_differ([[4, 4], [4]]) == 0.0
+    assert arms_differ([[4, 4], [4, 8]]) == 1.0
+    assert arms_differ([]) == 0.0
+
+
+def test_actors_learn_asynchronously_on_shared_parameters(task):
     from papers.petrel.a3c import train_a3c
     from papers.petrel.engine import GradEngine
+    from papers.petrel.runner import training_hardware
     from papers.petrel.sim import PSSim
 
-    cfg = A3CConfig(actors=2, episodes=4, episode_decisions=4, t_max=2, hidden=8)
-    hw = PSClusterHardware(name="t", num_workers=4, class_speeds=[1.0, 0.25])
-    pol = SyncPolicy(name="casp", kind="casp", max_communities=4)
-    threads = set()
+    cfg = A3CConfig(actors=3, episodes=4, episode_decisions=4, t_max=2, hidden=8, train_workers=[4, 6],
+                    train_speed_ratios=[4.0], train_link_gbps=[1.0])
+    pol = SyncPolicy(name="casp", kind="casp")
+    base = PSClusterHardware(name="t", num_workers=4, class_speeds=[1.0, 0.25])
+    built = []
 
-    def make(ep, grouper):
-        threads.add(threading.current_thread().name)
-        eng = GradEngine(task)
-        sim = PSSim(eng, hw, grouper, seed=1000 + ep, grad_lr=0.05, batch_size=8, eval_every_grads=0,
-                    max_time_s=0.4 * (1 - 1e-9), decision_every_s=0.1, ewma_alpha=pol.ewma_alpha)
-        return sim, eng
+    def make(ep, cond, grouper, engine):
+        n, ratio, gbps = cond
+        hw = training_hardware(base, n, ratio, classes=2, link_gbps=gbps)
+        built.append((ep, n, id(engine)))
+        return PSSim(engine, hw, grouper, seed=1000 + ep, grad_lr=0.05, batch_size=8, eval_every_grads=0,
+                     max_time_s=0.4 * (1 - 1e-9), decision_every_s=0.1, ewma_alpha=pol.ewma_alpha)
 
-    before = init_params(feature_dim(4), 8, 4, cfg.seed)
-    agent = train_a3c(cfg, 4, make)
-    assert threads == {"a3c-actor-0", "a3c-actor-1"}
+    before = init_params(feature_dim(9), 8, 9, cfg.seed)
+    agent = train_a3c(cfg, 9, make, lambda: GradEngine(task))
     assert sorted(agent.log.episode) == [0, 1, 2, 3]
-    assert set(agent.log.actor) <= {0, 1}
-    assert agent.log.updates >= 4  # two segments per episode (3 rewarded decisions + the final one)
+    assert set(agent.log.actor) == {0, 1, 2}  # a wave of 3 actors, then one more episode
+    # sims with different worker counts (batch sizes) never share an engine inside a wave
+    wave = [b for b in built if b[0] < 3]
+    assert len({e for _, n, e in wave if n == 4} & {e for _, n, e in wave if n == 6}) == 0
+    assert agent.log.updates >= 4
     assert any(not np.array_equal(before[k], agent.params[k]) for k in before)
-    assert all(1 <= k <= 4 for k in agent.log.mean_k)
+    assert all(1 <= k <= 6 for k in agent.log.mean_k)
 
 
-def test_agent_key_ignores_class_layout():
+def test_agent_key_ignores_class_layout_and_link_rate():
     from papers.petrel.runner import _agent_key, training_hardware
     from papers.petrel.schemas import PetrelParams
 
-    pol, params = SyncPolicy(name="casp", kind="casp"), PetrelParams()
+    pol = SyncPolicy(name="casp", kind="casp", a3c=A3CConfig(train_link_gbps=[1.0, 10.0]))
+    params = PetrelParams()
     a = PSClusterHardware(name="a")
-    b = PSClusterHardware(name="b", class_speeds=[1.0, 0.6, 0.14], class_fractions=[0.375, 0.3125, 0.3125])
+    b = PSClusterHardware(name="b", class_speeds=[1.0, 0.6, 0.14], class_fractions=[0.375, 0.3125, 0.3125],
+                          ps_bandwidth_gbps=10.0, worker_bandwidth_gbps=10.0)
     assert _agent_key(pol, a, params, 4) == _agent_key(pol, b, params, 4)
     assert _agent_key(pol, a, params, 4) != _agent_key(pol, a, params, 5)
-    thw = training_hardware(b, 8, 4.0)
-    assert thw.num_workers == 8 and len(thw.class_speeds) == 4
+    thw = training_hardware(b, 8, 4.0, link_gbps=1.0)
+    assert thw.num_workers == 8 and len(thw.class_speeds) == 4 and thw.ps_bandwidth_gbps == 1.0
     assert thw.class_speeds[-1] == pytest.approx(0.25)

@@ -5,8 +5,17 @@ from __future__ import annotations
 import pytest
 
 from common.timing import (
-    GAVEL_RESNET50_STEPS_PER_S, Stack, comm_compute_ratio, effective_flops_per_s, layer_positions, mlp,
-    nnx_param_count, resnet50, step_time_s, transfer_s, vgg16,
+    GAVEL_RESNET50_STEPS_PER_S,
+    Stack,
+    comm_compute_ratio,
+    effective_flops_per_s,
+    layer_positions,
+    mlp,
+    nnx_param_count,
+    resnet50,
+    step_time_s,
+    transfer_s,
+    vgg16,
 )
 
 
