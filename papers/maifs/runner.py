@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,17 @@ from papers.maifs.env import EnvConfig
 from papers.maifs.model import Variant, variant
 from papers.maifs.schemas import MaifsParams, RLPolicy
 from papers.maifs.train import Problem, TrainConfig, evaluate, make_train
-from papers.maifs.workload import Profiles, Window, load_profiles, philly_windows, saturn_windows, stack
+from papers.maifs.workload import (
+    Profiles,
+    Window,
+    at_load,
+    check_disjoint,
+    contended,
+    load_profiles,
+    philly_windows,
+    saturn_windows,
+    stack,
+)
 
 # ---------------------------------------------------------------------------------------------- data
 
@@ -75,36 +86,54 @@ def load_data(files: dict[str, str], data_dir: Path) -> Data:
     return Data(prof, ph, sa, _apps(f["sia_profiles"]), {**ph.dropped, **sa.dropped})
 
 
-def philly_eval(d: Data, p: MaifsParams, cluster_gpus: int, seeds: np.ndarray, rate: float | None = None):
-    """One Philly window of the later, unseen slice per seed (window index = seed)."""
+def philly_eval(d: Data, p: MaifsParams, cluster_gpus: int, load: float | None = None):
+    """``eval_windows`` disjoint windows of the later, unseen Philly slice at offered ``load`` (default
+    ``p.load``); every seed of every policy is evaluated on all of them."""
     ws = philly_windows(d.philly, d.profiles, cluster_gpus=cluster_gpus, start=p.eval_start, end=p.eval_end,
-                        jobs_per_window=p.jobs_per_window, num_windows=int(seeds.max()) + 1,
-                        rate_jobs_per_h=rate or p.rate_jobs_per_h, class_split=p.class_split, seed=1)
-    return [ws.windows[int(s)] for s in seeds], ws.dropped
+                        jobs_per_window=p.jobs_per_window, num_windows=p.eval_windows, rate_jobs_per_h=None,
+                        class_split=p.class_split, seed=1, load=load or p.load, cap_duration_h=p.cap_duration_h)
+    return ws.windows, ws.dropped
 
 
-def saturn_eval(d: Data, p: MaifsParams, cluster_gpus: int, seeds: np.ndarray):
-    """Held-out Saturn workload files, one per seed (cycled if there are more seeds than files)."""
-    names = [p.saturn_eval[int(s) % len(p.saturn_eval)] for s in seeds]
-    ws = saturn_windows(d.saturn, d.apps, d.profiles, workloads=names, cluster_gpus=cluster_gpus,
-                        rate_scale=p.saturn_rate_scale)
-    return [_truncate(w, p.jobs_per_window) for w in ws.windows], ws.dropped
+def saturn_eval(d: Data, p: MaifsParams, cluster_gpus: int, load: float | None = None):
+    """The held-out Saturn workload files, each cut into ``saturn_parts`` windows, at offered ``load``."""
+    ws = saturn_windows(d.saturn, d.apps, d.profiles, workloads=p.saturn_eval, cluster_gpus=cluster_gpus)
+    out, capped = contended(ws.windows, load=load or p.load, cluster_gpus=cluster_gpus,
+                            cap_duration_h=p.cap_duration_h, parts=p.saturn_parts)
+    return [_truncate(w, p.jobs_per_window) for w in out], {**ws.dropped, **capped}
 
 
-def training_windows(d: Data, p: MaifsParams, cluster_gpus: int) -> list[Window]:
-    """The earlier Philly slice plus the training Saturn files (one policy serves both traces)."""
-    ph = philly_windows(d.philly, d.profiles, cluster_gpus=cluster_gpus, start=p.train_start, end=p.train_end,
-                        jobs_per_window=p.jobs_per_window, num_windows=p.train_windows,
-                        rate_jobs_per_h=p.rate_jobs_per_h, class_split=p.class_split, seed=0).windows
-    sa = saturn_windows(d.saturn, d.apps, d.profiles, workloads=p.saturn_train, cluster_gpus=cluster_gpus,
-                        rate_scale=p.saturn_rate_scale).windows
-    return ph + [_truncate(w, p.jobs_per_window) for w in sa]
+def training_windows(d: Data, p: MaifsParams, cluster_gpus: int, trace: str) -> list[Window]:
+    """Training windows of one trace [ours: one policy per trace, trained at the evaluation loads]: Philly's
+    earlier slice (``train_windows`` windows), or the training Saturn files cut like the evaluation ones; window
+    ``k`` is scaled to offered load ``train_loads[k % len(train_loads)]``."""
+    if trace == "philly":
+        base = philly_windows(d.philly, d.profiles, cluster_gpus=cluster_gpus, start=p.train_start,
+                              end=p.train_end, jobs_per_window=p.jobs_per_window, num_windows=p.train_windows,
+                              rate_jobs_per_h=None, class_split=p.class_split, seed=0, load=1.0,
+                              cap_duration_h=p.cap_duration_h).windows
+    elif trace == "saturn":
+        sa = saturn_windows(d.saturn, d.apps, d.profiles, workloads=p.saturn_train, cluster_gpus=cluster_gpus)
+        base, _ = contended(sa.windows, load=1.0, cluster_gpus=cluster_gpus, cap_duration_h=p.cap_duration_h,
+                            parts=p.saturn_parts)
+        base = [_truncate(w, p.jobs_per_window) for w in base]
+    else:
+        raise ValueError(f"unknown training trace {trace!r}")
+    return [at_load(w, p.train_loads[k % len(p.train_loads)], cluster_gpus) for k, w in enumerate(base)]
+
+
+def eval_windows(d: Data, p: MaifsParams, cluster_gpus: int, trace: str, load: float | None = None):
+    """Evaluation windows of ``trace`` at ``load``, checked disjoint from that trace's training windows."""
+    ws, dropped = (philly_eval if trace == "philly" else saturn_eval)(d, p, cluster_gpus, load)
+    check_disjoint(training_windows(d, p, cluster_gpus, trace), ws)
+    return ws, dropped
 
 
 def _truncate(w: Window, n: int) -> Window:
     if len(w) <= n:
         return w
-    return Window(w.name, w.arrival[:n], w.work[:n], w.gpus[:n], w.model[:n])
+    src = None if w.source is None else w.source[:n]
+    return Window(w.name, w.arrival[:n], w.work[:n], w.gpus[:n], w.model[:n], src)
 
 
 # ---------------------------------------------------------------------------------------------- heuristics
@@ -135,7 +164,8 @@ def run_heuristic(h: Heuristic, cl: Cluster, prof: Profiles, windows: list[Windo
 def env_config(p: MaifsParams, num_servers: int, lease_s: float, single_agent: bool) -> EnvConfig:
     agents = 1 if single_agent else max(1, num_servers // p.servers_per_agent)
     return EnvConfig(num_agents=agents, num_candidates=p.num_candidates, max_substeps=p.max_substeps,
-                     round_s=lease_s, makespan_weight=p.makespan_weight, reward_scale=p.reward_scale)
+                     round_s=lease_s, makespan_weight=p.makespan_weight, reward_scale=p.reward_scale,
+                     num_short=p.num_short, num_running=p.num_running, conflict_blocks=p.conflict_blocks)
 
 
 def train_config(p: MaifsParams, pol: RLPolicy) -> TrainConfig:
@@ -168,14 +198,17 @@ class Trained:
     env_cfg: EnvConfig
     cfg: TrainConfig
     seconds: float
+    init_params: Any = None  # the same networks before training (the untrained baseline)
+    check: dict[str, np.ndarray] | None = None  # {"trained"|"untrained": [variant*seed] mean JCT, training windows}
+    trace: str = "philly"
 
 
 _TRAINED: dict[str, Trained] = {}
 # the params that define a training run (the rest only change evaluation)
-TRAIN_FIELDS = ("jobs_per_window", "rate_jobs_per_h", "class_split", "saturn_rate_scale", "train_start",
-                "train_end", "train_windows", "saturn_train", "num_updates", "updates_per_chunk", "num_envs",
-                "rollout_len", "servers_per_agent", "num_candidates", "max_substeps", "makespan_weight",
-                "reward_scale")
+TRAIN_FIELDS = ("jobs_per_window", "class_split", "train_start", "train_end", "train_windows", "saturn_train",
+                "saturn_parts", "train_loads", "cap_duration_h", "num_updates", "updates_per_chunk", "num_envs",
+                "rollout_len", "servers_per_agent", "num_candidates", "num_short", "num_running",
+                "conflict_blocks", "max_substeps", "makespan_weight", "reward_scale", "check_windows")
 
 
 def _variant_of(pol: RLPolicy) -> Variant:
@@ -183,7 +216,7 @@ def _variant_of(pol: RLPolicy) -> Variant:
 
 
 def train_policies(pols: dict[str, RLPolicy], d: Data, p: MaifsParams, cl: Cluster, lease_s: float,
-                   seeds: np.ndarray, progress=None, checkpoints=None) -> Trained:
+                   seeds: np.ndarray, progress=None, checkpoints=None, trace: str = "philly") -> Trained:
     """Train every policy in ``pols`` (same network family and hyper-parameters) for every seed in one vmapped
     run, memoised for the process. ``checkpoints`` (e.g. ``ctx.checkpointer``) maps a name to an orbax
     Checkpointer or None: given one, the training saves after every chunk and a killed run resumes from it."""
@@ -197,57 +230,145 @@ def train_policies(pols: dict[str, RLPolicy], d: Data, p: MaifsParams, cl: Clust
     pol = pols[names[0]]
     train_fields = {k: v for k, v in asdict(p).items() if k in TRAIN_FIELDS}
     key = hashlib.sha256(json.dumps([names, [asdict(pols[n]) for n in names], train_fields, seeds.tolist(),
-                                     np.asarray(cl.cap).tolist(), lease_s], sort_keys=True).encode()).hexdigest()
+                                     np.asarray(cl.cap).tolist(), lease_s, trace], sort_keys=True).encode()
+                         ).hexdigest()
     if key in _TRAINED:
         return _TRAINED[key]
     s = int(cl.cap.shape[0])
     env_cfg = env_config(p, s, lease_s, pol.network == "flat")
     cfg = train_config(p, pol)
     init_v, chunk_v, _ = _compiled(env_cfg, cfg, s)
-    wins = training_windows(d, p, int(np.asarray(cl.cap)[:, 0].sum()))
-    prob = Problem(cl, d.profiles.speed, d.profiles.demand(), stack(wins, pad_to=p.jobs_per_window))
+    wins = training_windows(d, p, int(np.asarray(cl.cap)[:, 0].sum()), trace)
+    n_pad = max(len(w) for w in wins)
+    prob = Problem(cl, d.profiles.speed, d.profiles.demand(), stack(wins, pad_to=n_pad))
     vars_ = [_variant_of(pols[n]) for n in names for _ in seeds]
     var = jax.tree.map(lambda *x: jnp.stack(x), *vars_)
     keys = jnp.stack([jax.random.key(int(sd)) for _ in names for sd in seeds])
     t0 = time.monotonic()
     rs = init_v(keys, var, prob)
+    init_params = rs.params
     n_chunks = cfg.num_updates // cfg.updates_per_chunk
     if progress is not None:
         progress.start(n_chunks, f"training chunks ({', '.join(names)} x {len(seeds)} seeds)")
 
     def on_chunk(i, m):
         if progress is not None:
-            progress.update(1, f"train JCT {np.nanmean(np.asarray(m['jct_h'])):.2f} h")
+            j = np.asarray(m["jct_h"])
+            progress.update(1, f"train JCT {np.nanmean(j):.2f} h" if np.isfinite(j).any() else "no episode done")
 
     ckpt = checkpoints(f"train-{key[:16]}") if checkpoints is not None else None
     rs, hist = run_chunked(lambda r: chunk_v(r, var, prob), rs, n_chunks, ckpt, on_chunk=on_chunk)
     curves = {k: np.concatenate([np.asarray(h[k]) for h in hist], axis=1) for k in hist[0]}
-    out = Trained(names, seeds, rs.params, var, curves, env_cfg, cfg, time.monotonic() - t0)
+    # beats_untrained: greedy JCT of trained vs initial networks on the first check_windows training windows
+    chk = wins[:p.check_windows]
+    check = {}
+    for tag, prm in (("trained", rs.params), ("untrained", init_params)):
+        check[tag] = _eval_grid(env_cfg, cfg, s, prm, var, cl, d, chk, n_pad).mean(1)
+    out = Trained(names, seeds, rs.params, var, curves, env_cfg, cfg, time.monotonic() - t0, init_params, check,
+                  trace)
     _TRAINED[key] = out
     return out
 
 
-def run_trained(tr: Trained, name: str, d: Data, cl: Cluster, windows: list[Window], n: int) -> list[SimResult]:
-    """Greedy evaluation of policy ``name``: seed ``i``'s parameters on window ``i``."""
-    if len(windows) != len(tr.seeds):
-        raise ValueError(f"{len(windows)} windows for {len(tr.seeds)} seeds")
-    v = tr.names.index(name)
-    sl = slice(v * len(tr.seeds), (v + 1) * len(tr.seeds))
-    params = jax.tree.map(lambda x: x[sl], tr.params)
-    var = jax.tree.map(lambda x: x[sl], tr.var)
-    _, _, eval_v = _compiled(tr.env_cfg, tr.cfg, int(cl.cap.shape[0]))
+def _eval_grid(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int, params, var: Variant, cl: Cluster,
+               d: Data, windows: list[Window], n: int, states: bool = False):
+    """Greedy evaluation of every parameter set (leading axis P) on every window: ``[P, W]`` mean JCT (h), or
+    the final states (leading axis P * W) with ``states``. One vmapped rollout per chunk of pairs."""
+    _, _, eval_v = _compiled(env_cfg, cfg, num_servers)
     jobs = stack(windows, pad_to=n)
     prob = Problem(cl, d.profiles.speed, d.profiles.demand(), jobs)
-    st = eval_v(params, var, prob, jnp.arange(len(windows)))
-    out = []
-    for i in range(len(windows)):
-        s = jax.tree.map(lambda x, i=i: x[i], st)
-        r = summarize(cl, jax.tree.map(lambda x, i=i: x[i], jobs), s.sim)
-        r.counters["conflicts"] = int(s.conflicts)
-        r.counters["decisions"] = int(s.decisions)
-        out.append(r)
+    npar = int(jax.tree.leaves(params)[0].shape[0])
+    nw = len(windows)
+    pi, wi = np.repeat(np.arange(npar), nw), np.tile(np.arange(nw), npar)
+    outs = []
+    for lo in range(0, pi.size, EVAL_CHUNK):
+        sl = slice(lo, lo + EVAL_CHUNK)
+        ip, iw = _pad_idx(pi[sl]), _pad_idx(wi[sl])
+        prm = jax.tree.map(lambda x, ip=ip: x[ip], params)
+        vv = jax.tree.map(lambda x, ip=ip: x[ip], var)
+        st = eval_v(prm, vv, prob, jnp.asarray(iw))
+        outs.append(jax.tree.map(lambda x, k=pi[sl].size: np.asarray(x)[:k], st))
+    st = jax.tree.map(lambda *x: np.concatenate(x), *outs)
+    if states:
+        return st, jobs, wi
+    real = np.arange(n)[None] < np.asarray(jobs.num_jobs)[wi][:, None]
+    jct = np.where(real, st.sim.finish - np.asarray(jobs.arrival)[wi], 0.0).sum(1) / np.maximum(real.sum(1), 1)
+    return (jct / 3600.0).reshape(npar, nw)
+
+
+EVAL_CHUNK = 64  # episodes per vmapped evaluation call (fixed, padded: one compilation per window shape)
+
+
+def _pad_idx(idx: np.ndarray) -> np.ndarray:
+    return np.concatenate([idx, np.full(EVAL_CHUNK - idx.size, idx[-1] if idx.size else 0, idx.dtype)])
+
+
+_EVALS: dict[tuple, list[list[SimResult]]] = {}
+
+
+def run_trained(tr: Trained, name: str, d: Data, cl: Cluster, windows: list[Window], n: int,
+                untrained: bool = False) -> list[list[SimResult]]:
+    """Greedy evaluation of policy ``name`` (at its initial parameters with ``untrained``): for every training
+    seed, its parameters on every window; ``[seed][window]`` results, memoised per process."""
+    key = (id(tr), name, untrained, n, tuple(w.name for w in windows),
+           tuple(float(w.arrival[-1]) for w in windows))
+    if key in _EVALS:
+        return _EVALS[key]
+    v = tr.names.index(name)
+    ns = len(tr.seeds)
+    sl = slice(v * ns, (v + 1) * ns)
+    params = jax.tree.map(lambda x: x[sl], tr.init_params if untrained else tr.params)
+    var = jax.tree.map(lambda x: x[sl], tr.var)
+    st, jobs, wi = _eval_grid(tr.env_cfg, tr.cfg, int(cl.cap.shape[0]), params, var, cl, d, windows, n,
+                              states=True)
+    out: list[list[SimResult]] = []
+    for i in range(ns):
+        row = []
+        for j in range(len(windows)):
+            k = i * len(windows) + j
+            s = jax.tree.map(lambda x, k=k: x[k], st)
+            r = summarize(cl, jax.tree.map(lambda x, j=j: x[j], jobs), s.sim)
+            r.counters["conflicts"] = int(s.conflicts)
+            r.counters["decisions"] = int(s.decisions)
+            r.counters["releases"] = int(s.releases)
+            row.append(r)
+        out.append(row)
+    _EVALS[key] = out
     return out
 
 
-__all__ = ["Data", "Trained", "env_config", "load_data", "philly_eval", "run_heuristic", "run_trained",
-           "saturn_eval", "train_config", "train_policies", "training_windows"]
+def gates(tr: Trained, name: str, p: MaifsParams) -> dict[str, np.ndarray]:
+    """0/1 validity gates per seed of a trained policy.
+
+    * ``converged``: the training curve has plateaued: the mean training-episode JCT of the last fifth of the
+      updates is less than ``converge_tol`` (relative) below that of the fifth before it.
+    * ``beats_untrained``: on the first ``check_windows`` training windows, the trained policy's greedy mean JCT is
+      at least ``beats_margin`` (relative) below that of the same network at its initial parameters.
+    """
+    v = tr.names.index(name)
+    ns = len(tr.seeds)
+    sl = slice(v * ns, (v + 1) * ns)
+    return {"converged": converged(tr.curves["jct_h"][sl], p.converge_tol),
+            "beats_untrained": (tr.check["trained"][sl] <= (1.0 - p.beats_margin) * tr.check["untrained"][sl]
+                                ).astype(float)}
+
+
+def converged(curve: np.ndarray, tol: float, frac: float = 0.2) -> np.ndarray:
+    """``[seeds]`` 1.0 where the (lower-is-better) curve ``[seeds, updates]`` improved by less than ``tol``
+    (relative) from the mean of its second-to-last ``frac`` of updates to the mean of its last ``frac``
+    (NaN entries, updates without a finished episode, are ignored; too short a curve is not converged)."""
+    curve = np.atleast_2d(np.asarray(curve, float))
+    u = curve.shape[1]
+    w = max(1, int(round(frac * u)))
+    if 2 * w > u:
+        return np.zeros(curve.shape[0])
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a fifth without a finished episode: NaN, not converged
+        last = np.nanmean(curve[:, u - w:], axis=1)
+        prev = np.nanmean(curve[:, u - 2 * w:u - w], axis=1)
+        improvement = (prev - last) / np.abs(prev)
+    return (np.isfinite(improvement) & (improvement < tol)).astype(float)
+
+
+__all__ = ["Data", "Trained", "converged", "env_config", "eval_windows", "gates", "load_data", "philly_eval",
+           "run_heuristic", "run_trained", "saturn_eval", "train_config", "train_policies", "training_windows"]

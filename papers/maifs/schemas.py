@@ -103,8 +103,14 @@ class RLPolicy(BasePolicy):
     ent_coef: float = 0.01
     epochs: int = 3
     minibatches: int = 4
+    # evaluate the network at its initial parameters (same architecture and seeds as the trained policy
+    # ``untrained_of``): isolates what training adds to the hand-designed structure (masks, priors, fallbacks)
+    untrained: bool = False
+    untrained_of: str = ""
 
     def __post_init__(self) -> None:
+        if self.untrained and not self.untrained_of:
+            raise ValueError("an untrained policy must name the trained policy it mirrors (untrained_of)")
         if self.kind != "rl":
             raise ValueError(f"policy.kind must be 'rl', got {self.kind!r}")
         if self.network not in ("maifs", "flat"):
@@ -124,6 +130,14 @@ class RLPolicy(BasePolicy):
 class MaifsParams:
     """Workloads, training budget and environment knobs shared by the MAIFS experiments."""
 
+    # contended workloads [ours]: arrivals scaled to an offered load (fraction of the cluster's GPU capacity),
+    # fair-share durations capped so that no single job sets a window's makespan
+    load: float = 0.9  # the headline regime
+    loads: list[float] = field(default_factory=list)  # load sweep (the claim-boundary map)
+    train_loads: list[float] = field(default_factory=lambda: [0.7, 0.9, 1.1])  # training windows cycle these
+    cap_duration_h: float = 2.0
+    eval_windows: int = 30  # Philly evaluation windows (every seed is evaluated on all of them)
+    saturn_parts: int = 4  # each Saturn workload file is cut into this many consecutive windows
     # evaluation windows (Philly: the unseen later slice; Saturn: the held-out workload files)
     jobs_per_window: int = 160
     rate_jobs_per_h: float = 8.0
@@ -143,12 +157,19 @@ class MaifsParams:
     rollout_len: int = 64
     # multi-agent environment
     servers_per_agent: int = 2
-    num_candidates: int = 16
+    num_candidates: int = 24
+    num_short: int = 12  # of the candidates, chosen by least remaining work (the rest: oldest)
+    num_running: int = 8  # running jobs per agent whose lease it may release (preemption as an action)
+    conflict_blocks: bool = True  # a failed (conflicting) pick costs the agent the rest of the round
     max_substeps: int = 16
     makespan_weight: float = 2.0
     reward_scale: float = 100.0
-    # heuristics: pending jobs tried per round
-    lookahead: int = 64
+    # heuristics: pending jobs tried per round (= num_candidates: the same queue visibility as MAIFS)
+    lookahead: int = 24
+    # validity gates of learned policies
+    check_windows: int = 8  # training windows on which trained and untrained networks are compared
+    converge_tol: float = 0.05  # converged: last-fifth improvement of training JCT over the previous fifth below
+    beats_margin: float = 0.01  # beats_untrained: JCT at least this fraction below the untrained network's
     # load sweep: target arrival rates (jobs/h) of the Philly evaluation windows
     rates: list[float] = field(default_factory=list)
 
@@ -165,6 +186,13 @@ class MaifsParams:
             raise ValueError("params.class_split needs 3 non-negative weights (image, language, speech)")
         if any(r <= 0 for r in self.rates):
             raise ValueError("params.rates must be positive")
+        if self.load <= 0 or any(x <= 0 for x in self.loads) or not self.train_loads or any(
+                x <= 0 for x in self.train_loads):
+            raise ValueError("params.load, params.loads and params.train_loads must be positive")
+        if self.cap_duration_h <= 0 or self.eval_windows < 1 or self.saturn_parts < 1 or self.check_windows < 1:
+            raise ValueError("need cap_duration_h > 0, eval_windows, saturn_parts, check_windows >= 1")
+        if not 0 <= self.num_short <= self.num_candidates or self.num_running < 0:
+            raise ValueError("need 0 <= num_short <= num_candidates and num_running >= 0")
         if set(self.saturn_eval) & set(self.saturn_train):
             raise ValueError("params.saturn_eval and params.saturn_train must not overlap (held-out evaluation)")
         if self.makespan_weight < 0:

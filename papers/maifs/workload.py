@@ -352,5 +352,6 @@ def stack(windows: Sequence[Window], pad_to: int | None = None) -> JobTable:
 
 
 __all__ = ["PENALTY_SOURCE", "Profiles", "SATURN_MODEL", "TASKS", "Window", "WorkloadSet", "at_load",
-           "cap_durations", "check_disjoint", "contended", "load_profiles", "offered_load", "philly_filter", "philly_windows", "placement_penalty", "saturn_duration_s", "saturn_windows",
-           "sia_step_time", "split", "stack"]
+           "cap_durations", "check_disjoint", "contended", "load_profiles", "offered_load", "philly_filter",
+           "philly_windows", "placement_penalty", "saturn_duration_s", "saturn_windows", "sia_step_time", "split",
+           "stack"]

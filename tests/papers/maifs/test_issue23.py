@@ -1,0 +1,242 @@
+"""Issue #23 behaviour: contended workloads (offered-load scaling hits its target, durations capped, training and
+evaluation windows disjoint), equal footing (a lease release is a preemption that frees the GPUs, a conflicting
+pick costs the agent the rest of its round) and the validity gates of learned policies on hand-made curves."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from common.sim.cluster import PENDING, RUNNING
+from common.traces.gpu import PhillyJobs
+from papers.maifs import runner
+from papers.maifs.env import EnvConfig, MaifsEnv
+from papers.maifs.schemas import MaifsParams
+from papers.maifs.workload import (
+    Window,
+    at_load,
+    cap_durations,
+    check_disjoint,
+    contended,
+    offered_load,
+    philly_windows,
+    split,
+    stack,
+)
+
+# ---------------------------------------------------------------------------------------------- workloads
+
+
+def _window(n=50, seed=0, name="w", base=0):
+    rng = np.random.default_rng(seed)
+    arr = np.sort(rng.uniform(0, 20 * 3600.0, n))
+    arr -= arr[0]
+    return Window(name, arr, rng.uniform(600, 6 * 3600.0, n), rng.choice([1, 2, 4, 8], n).astype(np.int32),
+                  np.zeros(n, np.int32), np.arange(base, base + n, dtype=np.int64))
+
+
+@pytest.mark.parametrize("target", [0.5, 0.9, 1.3])
+def test_at_load_hits_the_target_utilisation_and_keeps_the_job_mix(target):
+    w = _window()
+    gpus = 32
+    lam = (len(w) - 1) / (w.arrival[-1] - w.arrival[0])
+    want = lam * (w.work * w.gpus).mean() / gpus  # lambda E[GPU-s] / capacity, by hand
+    assert offered_load(w, gpus) == pytest.approx(want)
+    s = at_load(w, target, gpus)
+    assert offered_load(s, gpus) == pytest.approx(target, rel=1e-9)
+    # only the time axis is scaled: same jobs, same order, same relative gaps
+    np.testing.assert_array_equal(s.work, w.work)
+    np.testing.assert_array_equal(s.gpus, w.gpus)
+    gaps, sgaps = np.diff(w.arrival), np.diff(s.arrival)
+    np.testing.assert_allclose(sgaps / sgaps.sum(), gaps / gaps.sum())
+    # twice the load = half the arrival span
+    assert at_load(w, 2 * target, gpus).arrival[-1] == pytest.approx(s.arrival[-1] / 2)
+    with pytest.raises(ValueError):
+        at_load(w, 0.0, gpus)
+
+
+def test_contended_caps_durations_splits_and_scales_every_piece():
+    w = _window(n=60)
+    over = int((w.work > 2 * 3600.0).sum())
+    assert over > 0
+    capped, n = cap_durations(w, 2.0)
+    assert n == over and capped.work.max() <= 2 * 3600.0
+    out, dropped = contended([w], load=1.1, cluster_gpus=32, cap_duration_h=2.0, parts=3)
+    assert len(out) == 3 and dropped == {"capped[duration>2h]": over}
+    for piece in out:
+        assert piece.work.max() <= 2 * 3600.0
+        assert piece.arrival[0] == 0.0
+        assert offered_load(piece, 32) == pytest.approx(1.1)
+    # the pieces partition the window's trace rows
+    np.testing.assert_array_equal(np.concatenate([p.source for p in out]), w.source)
+    check_disjoint(out[:1], out[1:])
+    with pytest.raises(ValueError):
+        split(w, len(w) + 1)
+
+
+def test_check_disjoint_rejects_shared_or_repeated_rows():
+    a, b = _window(base=0), _window(base=50)
+    check_disjoint([a], [b])
+    with pytest.raises(ValueError, match="both window sets"):
+        check_disjoint([a], [_window(base=25)])
+    with pytest.raises(ValueError, match="overlap"):
+        check_disjoint([a, a], [b])
+    with pytest.raises(ValueError, match="no source"):
+        check_disjoint([a.replace(source=None)], [b])
+
+
+class _Profiles:
+    """The part of :class:`Profiles` that window building uses (model assignment)."""
+
+    def models_of(self, task):
+        return [0]
+
+
+def _fake_philly(n=4000, seed=0):
+    rng = np.random.default_rng(seed)
+    t0 = 1504483200.0  # 2017-09-04 UTC
+    submit = np.sort(t0 + rng.uniform(0, 100 * 86400.0, n))  # to mid-December
+    dur = rng.lognormal(8.0, 1.5, n).clip(30, 400 * 3600.0)
+    gpus = rng.choice([1, 2, 4, 8, 16], n, p=[0.5, 0.2, 0.15, 0.1, 0.05]).astype(np.int32)
+    return PhillyJobs(submit, dur, gpus, np.zeros(n, np.int64), "<fake>")
+
+
+def test_philly_windows_are_at_load_capped_and_training_is_disjoint_from_evaluation():
+    ph = _fake_philly()
+    d = runner.Data(_Profiles(), ph, None, {}, {})
+    p = MaifsParams(jobs_per_window=60, eval_windows=12, train_windows=10, load=0.9, cap_duration_h=2.0,
+                    train_loads=[0.7, 1.1])
+    ev, dropped = runner.eval_windows(d, p, 32, "philly")  # checks disjointness itself
+    tr = runner.training_windows(d, p, 32, "philly")
+    assert len(ev) == 12 and len(tr) == 10
+    assert dropped["capped[duration>2h]"] > 0
+    for w in ev:
+        assert len(w) == 60 and w.work.max() <= 2 * 3600.0
+        assert offered_load(w, 32) == pytest.approx(0.9)
+        assert ph.submit_s[w.source].min() >= 1509494400.0  # 2017-11-01: the unseen slice
+    for k, w in enumerate(tr):
+        assert offered_load(w, 32) == pytest.approx([0.7, 1.1][k % 2])
+        assert ph.submit_s[w.source].max() < 1509494400.0
+    check_disjoint(tr, ev)
+    # the same windows at another load: same jobs, arrivals rescaled
+    ev13, _ = runner.eval_windows(d, p, 32, "philly", load=1.3)
+    for a, b in zip(ev, ev13, strict=True):
+        np.testing.assert_array_equal(a.source, b.source)
+        assert offered_load(b, 32) == pytest.approx(1.3)
+    # windows that would share jobs are refused
+    with pytest.raises(ValueError, match="overlap"):
+        philly_windows(ph, _Profiles(), cluster_gpus=32, start="2017-11-01", end="2017-11-03", jobs_per_window=60,
+                       num_windows=40, rate_jobs_per_h=None, load=0.9)
+
+
+# ---------------------------------------------------------------------------------------------- environment
+
+
+def _env(tiny, wins, **kw):
+    _, cl, sm, md = tiny
+    cfg = EnvConfig(num_agents=2, num_candidates=4, max_substeps=4, round_s=100.0, **kw)
+    return MaifsEnv(cl, sm, md, stack(wins), cfg)
+
+
+def _step(env, st, picks, level=1):
+    acts = {a: jnp.array([picks[i], level], jnp.int32) for i, a in enumerate(env.agents)}
+    return env.step_env(jax.random.key(0), st, acts)
+
+
+def test_a_lease_release_is_a_preemption_that_frees_the_gpus(tiny):
+    # three 4-GPU jobs at t=0 on 2 x 4 GPUs, a fourth arrives at t=1000: one job must wait
+    w = Window("w", np.array([0.0, 0.0, 0.0, 1000.0]), np.full(4, 50_000.0), np.full(4, 4, np.int32),
+               np.zeros(4, np.int32))
+    env = _env(tiny, [w], num_running=1)
+    kk, r = 4, 1
+    noop = kk + r
+    obs, st = env.reset_window(0)
+    assert not np.asarray(obs["agent_0"]["mask"])[kk]  # nothing runs yet: no release option
+    obs, st, *_ = _step(env, st, [0, 1])  # agent 0 takes job 0, agent 1 job 1
+    status = np.asarray(st.sim.status)
+    slot_of = np.asarray(st.sim.slot_job)
+    running = {int(slot_of[i]) for i in np.flatnonzero(status == RUNNING)}
+    assert running == {0, 1}
+    # nobody can place: the clock moves on to the next arrival, a lease boundary (substep 0)
+    assert int(st.substep) == 0 and float(st.sim.t) >= 1000.0
+    mask0 = np.asarray(obs["agent_0"]["mask"])
+    assert mask0[kk] and not mask0[:kk].any()  # release is a real option; no placement fits
+    owner0 = np.asarray(st.sim.occ.owner)[0]
+    victim = int(owner0[owner0 >= 0][0])
+    obs, st, *_ = _step(env, st, [kk, noop])  # agent 0 releases its lease
+    assert int(st.releases) == 1 and int(st.sim.stats.preemptions) >= 1
+    assert np.asarray(st.sim.status)[victim] == PENDING
+    assert (np.asarray(st.sim.occ.owner)[0] < 0).all()  # its server's GPUs are free again
+    assert float(st.sim.remaining[victim]) < 50_000.0  # progress is kept
+    # the freed server now fits a waiting job: agent 0 may place
+    assert np.asarray(obs["agent_0"]["mask"])[:kk].any()
+
+
+def test_without_release_slots_agents_cannot_preempt(tiny):
+    w = Window("w", np.zeros(3), np.full(3, 5000.0), np.full(3, 4, np.int32), np.zeros(3, np.int32))
+    env = _env(tiny, [w], num_running=0)
+    obs, _ = env.reset_window(0)
+    assert np.asarray(obs["agent_0"]["mask"]).shape == (5,)  # K placements + no-op
+
+
+@pytest.mark.parametrize("blocks", [True, False])
+def test_a_conflicting_pick_costs_the_agent_its_round(tiny, blocks):
+    # two 1-GPU jobs; both agents pick candidate 0 (no coordination): the second pick fails
+    w = Window("w", np.zeros(2), np.full(2, 5000.0), np.ones(2, np.int32), np.zeros(2, np.int32))
+    env = _env(tiny, [w], conflict_blocks=blocks)
+    kk = 4
+    obs, st = env.reset_window(0)
+    obs, st, _, _, info = _step(env, st, [0, 0])
+    assert int(info["conflicts"]) == 1 and int(info["decisions"]) == 1
+    mask1 = np.asarray(obs["agent_1"]["mask"])
+    t0 = float(st.sim.t)
+    if not blocks:
+        assert mask1[:kk].any()  # retried at once, with no time passing: a free conflict
+        assert not np.asarray(st.blocked).any()
+        return
+    assert np.asarray(st.blocked).tolist() == [False, True]
+    assert not mask1[:kk].any() and mask1[kk]  # only the no-op is left to it
+    # it stays out until the clock moves on, even though job 1 would fit on its server
+    while float(st.sim.t) == t0:
+        assert not np.asarray(obs["agent_1"]["mask"])[:kk].any()
+        obs, st, *_ = _step(env, st, [kk, kk])
+    assert float(st.sim.t) == pytest.approx(t0 + 100.0)
+    assert not np.asarray(st.blocked).any() and np.asarray(obs["agent_1"]["mask"])[:kk].any()
+
+
+# ---------------------------------------------------------------------------------------------- gates
+
+
+def test_converged_on_hand_made_curves():
+    u = np.arange(100, dtype=float)
+    flat = 5.0 + 2.0 * np.exp(-u / 5.0)  # plateaued long before the last fifths
+    falling = 10.0 - 0.05 * u  # still improving ~20 % between the last two fifths
+    noisy = flat + np.where(u % 2, 0.1, -0.1)
+    worse = 5.0 + 0.01 * u  # getting worse is not "still improving"
+    got = runner.converged(np.stack([flat, falling, noisy, worse]), tol=0.05)
+    assert got.tolist() == [1.0, 0.0, 1.0, 1.0]
+    # updates without a finished episode (NaN) are ignored; a fifth with none is not converged
+    gappy = flat.copy()
+    gappy[::3] = np.nan
+    empty = flat.copy()
+    empty[80:] = np.nan
+    assert runner.converged(np.stack([gappy, empty]), tol=0.05).tolist() == [1.0, 0.0]
+    assert runner.converged(np.ones((1, 1)), tol=0.05).tolist() == [0.0]  # too short to tell
+
+
+def test_gates_per_seed_from_curves_and_the_untrained_check():
+    u = np.arange(50, dtype=float)
+    flat, falling = 4.0 + np.exp(-u), 10.0 - 0.1 * u
+    tr = runner.Trained(names=["maifs", "dl2"], seeds=np.array([0, 1]), params=None, var=None,
+                        curves={"jct_h": np.stack([flat, falling, flat, flat])}, env_cfg=None, cfg=None, seconds=0,
+                        check={"trained": np.array([3.0, 3.0, 4.0, 3.99]),
+                               "untrained": np.array([4.0, 2.9, 4.0, 4.0])})
+    p = MaifsParams(converge_tol=0.05, beats_margin=0.01)
+    g = runner.gates(tr, "maifs", p)
+    assert g["converged"].tolist() == [1.0, 0.0]
+    assert g["beats_untrained"].tolist() == [1.0, 0.0]  # seed 1: worse than its untrained network
+    g = runner.gates(tr, "dl2", p)
+    assert g["converged"].tolist() == [1.0, 1.0]
+    assert g["beats_untrained"].tolist() == [0.0, 0.0]  # equal, or less than 1 % better: not a training gain
