@@ -13,9 +13,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 if ! .venv/bin/python -c "import common, papers, jax, hydra" >/dev/null 2>&1 \
-   || [ pyproject.toml -nt .venv/.installed ]; then
+   || [ pyproject.toml -nt .venv/.installed ] || [ requirements.lock -nt .venv/.installed ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  .venv/bin/python -m pip install -q -c requirements.lock -e ".[dev]"
   touch .venv/.installed
 fi
 

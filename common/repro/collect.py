@@ -28,7 +28,7 @@ import pandas as pd
 import yaml
 
 from common.repro.errors import ClaimsSchemaError
-from common.repro.schema import REPO_ROOT
+from common.repro.schema import repo_root
 
 # Columns of the long format that are not a condition of the measurement (provenance and the value itself).
 _NOT_KEYS = {"value", "unit", "git_sha", "config_hash", "jax_version", "backend", "created_utc", "profile",
@@ -107,7 +107,7 @@ def claims_file(rundir: Path, paper: str) -> Path | None:
                 spec = None
             if spec and spec.origin and (Path(spec.origin).parent / "claims.yaml").is_file():
                 return Path(spec.origin).parent / "claims.yaml"
-    p = REPO_ROOT / "papers" / paper / "claims.yaml"
+    p = Path(repo_root()) / "papers" / paper / "claims.yaml"
     return p if p.is_file() else None
 
 

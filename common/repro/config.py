@@ -24,9 +24,9 @@ from omegaconf.errors import OmegaConfBaseException
 from common.repro import registry
 from common.repro.errors import ConfigError
 from common.repro.results import config_hash
-from common.repro.schema import REPO_ROOT, repo_root
+from common.repro.schema import asset_root, repo_root
 
-CONF_DIR = REPO_ROOT / "conf"
+CONF_DIR = Path(asset_root()) / "conf"
 PROFILES = ("smoke", "default", "full")
 
 

@@ -29,13 +29,13 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from common.repro.config import (
     CONF_DIR,
-    REPO_ROOT,
     experiment_node,
     pin_explicit_overrides,
     register_paper_schemas,
     validate,
 )
 from common.repro.run_all import enable_compile_cache, run_experiment
+from common.repro.schema import work_root
 
 register_paper_schemas()
 log = logging.getLogger("mlsys_repro.main")
@@ -73,7 +73,7 @@ def main(cfg: DictConfig) -> str:
     if _SHOW_JOB_CONFIG:
         print(OmegaConf.to_yaml(effective_config(cfg), resolve=False), end="")
         return ""
-    enable_compile_cache(REPO_ROOT)
+    enable_compile_cache(Path(work_root()))
     if cfg.output == "results":
         out, force = Path(cfg.paths.results_dir) / cfg.experiment.paper, False
     elif cfg.output == "runs":

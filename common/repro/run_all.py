@@ -33,11 +33,12 @@ from common.repro.errors import ClaimsSchemaError, ConfigError, ResultSchemaErro
 from common.repro.freshness import code_fingerprint, status, write_manifest
 from common.repro.progress import console_logging, fmt_seconds
 from common.repro.results import git_sha, to_frame, with_provenance, write_csv
+from common.repro.schema import work_root
 from common.traces.errors import TraceFormatError
 
 
 def enable_compile_cache(root: Path) -> None:
-    """Persistent XLA compile cache under ``.jax_cache`` (unless JAX_COMPILATION_CACHE_DIR is set)."""
+    """Persistent XLA compile cache under ``root/.jax_cache`` (unless JAX_COMPILATION_CACHE_DIR is set)."""
     import jax
 
     if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
@@ -190,7 +191,7 @@ def _main(args) -> int:
         print(f"== {len(plan) - not_fresh}/{len(plan)} fresh (profile {args.profile}, {results_dir})")
         return 1 if not_fresh else 0
 
-    enable_compile_cache(root)
+    enable_compile_cache(Path(work_root()))
     if results_dir.resolve() == Path(base.paths.results_dir).resolve() and git_sha(str(root)).endswith("-dirty"):
         print("warning: the tree has uncommitted changes under common/, papers/ or conf/: results written now are "
               "marked -dirty and show as stale until rerun on a clean commit", file=sys.stderr, flush=True)

@@ -23,31 +23,51 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# In a wheel (``pip install .``) there is no checkout: the build copies ``conf/`` and ``data/`` here (setup.py).
+BUNDLED = Path(__file__).resolve().parent / "_bundled"
 
 _GROUPS = ("paper", "trace", "hardware", "policy", "profile", "experiment", "paths")
 
 
+def installed() -> bool:
+    """True when running from an installed wheel (no checkout around the code, bundled ``conf/`` present)."""
+    return "MLSYS_REPRO_ROOT" not in os.environ and not (REPO_ROOT / "conf").is_dir() and (BUNDLED / "conf").is_dir()
+
+
 def repo_root() -> str:
-    """Root of the checkout (``MLSYS_REPRO_ROOT`` overrides it, e.g. for tests in a scratch copy)."""
+    """Root of the code: the checkout (``MLSYS_REPRO_ROOT`` overrides it, e.g. for tests in a scratch copy), or
+    the ``site-packages`` folder holding ``common`` and ``papers`` when installed from a wheel."""
     return os.environ.get("MLSYS_REPRO_ROOT", str(REPO_ROOT))
 
 
-if not OmegaConf.has_resolver("repo_root"):
-    OmegaConf.register_new_resolver("repo_root", repo_root)
+def asset_root() -> str:
+    """Folder holding ``conf/`` and ``data/``: the checkout, or the wheel's bundled copy."""
+    return str(BUNDLED) if installed() else repo_root()
+
+
+def work_root() -> str:
+    """Where ``results/`` and ``runs/`` go: the checkout, or the current directory when installed."""
+    return str(Path.cwd()) if installed() else repo_root()
+
+
+for _name, _fn in (("repo_root", repo_root), ("asset_root", asset_root), ("work_root", work_root)):
+    if not OmegaConf.has_resolver(_name):
+        OmegaConf.register_new_resolver(_name, _fn)
 
 
 @dataclass
 class PathsConfig:
-    """Where data is read and results are written; absolute, resolved from the checkout."""
+    """Where data is read and results are written; absolute, resolved from the checkout (from the wheel's bundled
+    copy and the current directory when installed, see :func:`installed`)."""
 
     root: str = "${repo_root:}"
-    data_dir: str = "${paths.root}/data"
-    results_dir: str = "${paths.root}/results"
-    conf_dir: str = "${paths.root}/conf"
+    data_dir: str = "${asset_root:}/data"
+    results_dir: str = "${work_root:}/results"
+    conf_dir: str = "${asset_root:}/conf"
     # where the smoke and full profiles write (runs/<profile>/<paper>/...): only the default profile writes results/
-    runs_dir: str = "${paths.root}/runs"
+    runs_dir: str = "${work_root:}/runs"
     # resumable training state (see RunContext.checkpointer); "" turns checkpointing off
-    checkpoint_dir: str = "${paths.root}/runs/checkpoints"
+    checkpoint_dir: str = "${work_root:}/runs/checkpoints"
 
 
 @dataclass
