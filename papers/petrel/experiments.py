@@ -156,22 +156,29 @@ def _gate_rows(agents, decisions) -> list[dict[str, Any]]:
 
 
 def _sweep(ctx: RunContext, column: str, values: Sequence[Any], hw_for) -> list[dict[str, Any]]:
+    return _sweep_conds(ctx, [{column: v} for v in values], lambda c: hw_for(c[column]))
+
+
+def _sweep_conds(ctx: RunContext, conds: Sequence[dict[str, Any]], hw_for) -> list[dict[str, Any]]:
+    """Every policy (and the fixed-k baseline) on each condition (a dict of column -> value; ``hw_for(cond)`` gives
+    its hardware); a ``link_gbps`` condition also records its ``comm_ratio``."""
     task = task_for(ctx.params, ctx.data_dir)
     agents = _agents(ctx, task)
     p: PetrelParams = ctx.params
     per = len(ctx.policies) * ctx.num_seeds + len(set(p.fixed_k)) * (ctx.num_seeds + p.tuning_seeds)
-    ctx.progress.start(len(values) * per, "runs")
+    ctx.progress.start(len(conds) * per, "runs")
     rows: list[dict[str, Any]] = []
     decisions: list = []
-    for v in values:
-        hw = hw_for(v)
-        cond = {column: v}
-        if column == "link_gbps":
+    for c in conds:
+        hw = hw_for(c)
+        cond = dict(c)
+        if "link_gbps" in cond:
             cond["comm_ratio"] = round(comm_compute_ratio(hw, task, p), 4)
-        r, _, d = _condition(ctx, task, hw, agents, f"{column}={v}", **cond)
+        note = " ".join(f"{k}={v}" for k, v in c.items())
+        r, _, d = _condition(ctx, task, hw, agents, note, **cond)
         rows += r
         decisions += d
-    rows += _derived(rows, ctx, [column])
+    rows += _derived(rows, ctx, list(conds[0]))
     rows += _gate_rows(agents, decisions)
     return rows
 
@@ -220,14 +227,25 @@ def scalability(ctx: RunContext):
 @experiment("petrel", "comm_ratio", params=PetrelParams)
 def comm_ratio(ctx: RunContext):
     """Claim boundary: time to target and traffic vs the communication-to-compute ratio (every NIC's rate swept;
-    ``comm_ratio`` = one message's transfer time / the fastest worker's iteration time)."""
+    ``comm_ratio`` = one message's transfer time / the fastest worker's iteration time) and heterogeneity (every
+    speed ratio in ``params.speed_ratios`` at every rate)."""
     p: PetrelParams = ctx.params
-    rates = p.link_gbps or [ctx.hardware.ps_bandwidth_gbps]
-    ratio = p.speed_ratios[0] if p.speed_ratios else None
+    rates = [float(g) for g in (p.link_gbps or [ctx.hardware.ps_bandwidth_gbps])]
+    ratios = [float(r) for r in p.speed_ratios] or [None]
     workers = p.worker_counts[0] if p.worker_counts else None
-    rows = _sweep(ctx, "link_gbps", [float(g) for g in rates],
-                  lambda g: condition_hardware(ctx.hardware, ratio=ratio, workers=workers, link_gbps=g))
-    _sweep_figure(ctx, rows, "link_gbps", "link rate of every NIC (Gb/s)", logx=True)
+    conds = [({"speed_ratio": r} if r is not None else {}) | {"link_gbps": g} for r in ratios for g in rates]
+    rows = _sweep_conds(ctx, conds, lambda c: condition_hardware(ctx.hardware, ratio=c.get("speed_ratio"),
+                                                                  workers=workers, link_gbps=c["link_gbps"]))
+    df = pd.DataFrame(rows)
+    df = df[df["policy"].isin(["casp", "casp_best_k", "best_noncommunity"])]
+    fig, axes = figure(ncols=len(ratios))
+    for ax, r in zip(axes[0], ratios, strict=True):
+        sub = df if r is None else df[df["speed_ratio"] == r]
+        lines_with_ci(ax, sub, "time_to_target_s", "link_gbps", xlabel="link rate of every NIC (Gb/s)",
+                      ylabel="time to target accuracy (simulated wall-clock s)", logx=True)
+        if r is not None:
+            ax.set_title(f"speed ratio {r:g}x")
+    ctx.save_figure(fig, "boundary")
     return rows
 
 
@@ -293,8 +311,9 @@ def ablation(ctx: RunContext):
 
 @experiment("petrel", "a3c_training", params=PetrelParams)
 def a3c_training(ctx: RunContext):
-    """Learning curve of the A3C community agent: return per episode and per chunk (one pass over every training
-    condition), the k it chose, and the gate metrics ``improved``, ``plateaued`` and ``converged``."""
+    """Learning curve of the A3C community agent: ``curve_episode_return`` and ``curve_episode_mean_k`` per episode
+    (``episode`` column), ``curve_chunk_return`` per chunk (one pass over every training condition; ``episode`` =
+    episodes done at its end), and the gate metrics ``improved``, ``plateaued`` and ``converged``."""
     task = task_for(ctx.params, ctx.data_dir)
     agents = _agents(ctx, task)
     if not agents:
@@ -310,13 +329,14 @@ def a3c_training(ctx: RunContext):
         for e, r, k, c, ch, a in zip(*(cols[x] for x in ("episode", "ret", "mean_k", "condition", "chunk", "actor")),
                                      strict=True):
             n, ratio, gbps = agent.conditions[int(c)]
-            rows += metric_rows(name, {"episode_return": (r, "reward"), "episode_mean_k": (k, "count")},
+            rows += metric_rows(name, {"curve_episode_return": (r, "reward"), "curve_episode_mean_k": (k, "count")},
                                 seeds=[seed], episode=int(e), chunk=int(ch), actor=int(a), num_workers=n,
                                 speed_ratio=ratio, link_gbps=gbps)
         chunks = np.unique(cols["chunk"])
         means = [float(cols["ret"][cols["chunk"] == c].mean()) for c in chunks]
         for c, m in zip(chunks, means, strict=True):
-            rows += metric_rows(name, {"chunk_return": (m, "reward")}, seeds=[seed], chunk=int(c))
+            rows += metric_rows(name, {"curve_chunk_return": (m, "reward")}, seeds=[seed], chunk=int(c),
+                                episode=int((c + 1) * len(agent.conditions)))
         summ = learning_summary(log, len(agent.conditions))
         rows += metric_rows(name, {"improved": (summ["improved"], "flag"), "plateaued": (summ["plateaued"], "flag"),
                                    "converged": (summ["converged"], "flag"),

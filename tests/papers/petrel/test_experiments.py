@@ -32,3 +32,38 @@ def test_best_and_mean_noncommunity():
     assert best[(0, "reached_target")] == 1.0 and best[(1, "reached_target")] == 1.0  # asp, the fastest, reached
     assert mean[(0, "reached_target")] == 1.0 and mean[(1, "reached_target")] == 0.0  # not every one did
     assert set(out["speed_ratio"]) == {2.0} and len(out) == 2 * 2 * 4
+
+
+def _res(policy, seed, t, decisions=()):
+    from papers.petrel.runner import RunResult
+
+    return RunResult(policy, seed, {"time_to_target_s": t}, [], list(decisions))
+
+
+def test_best_k_is_picked_on_tuning_runs_only():
+    from papers.petrel.experiments import pick_best_k
+
+    tuning = [_res("tuning_casp_k1", 1000, 9.0), _res("tuning_casp_k1", 1001, 11.0),
+              _res("tuning_casp_k4", 1000, 6.0), _res("tuning_casp_k4", 1001, 8.0),
+              _res("tuning_casp_k16", 1000, 5.0), _res("tuning_casp_k16", 1001, 9.0)]
+    assert pick_best_k(tuning) == 4  # means 10, 7, 7: the tie goes to the smaller k
+    assert pick_best_k(tuning[:4]) == 4
+    assert pick_best_k([_res("tuning_casp_k2", 1000, 3.0), _res("tuning_casp_k8", 1000, 2.0)]) == 8
+
+
+def test_gate_rows_arms_differ_and_converged():
+    from papers.petrel.a3c import TrainLog
+    from papers.petrel.experiments import _gate_rows
+
+    log = TrainLog()  # no complete chunk -> converged 0
+    agent = SimpleNamespace(log=log, conditions=[(16, 1.0, 1.0), (16, 4.0, 1.0)])
+    same = [("casp", 0, {"speed_ratio": 1.0}, [4, 4]), ("casp", 0, {"speed_ratio": 8.0}, [4])]
+    rows = pd.DataFrame(_gate_rows({"casp": agent}, same))
+    assert set(rows["metric"]) == {"arms_differ", "converged"} and len(rows) == 4
+    assert (rows[rows.metric == "arms_differ"]["value"] == 0.0).all()  # constant k: a fixed-k policy in disguise
+    assert (rows[rows.metric == "converged"]["value"] == 0.0).all()
+    assert sorted(rows[rows.metric == "arms_differ"]["speed_ratio"]) == [1.0, 8.0]
+    varied = same + [("casp", 1, {"speed_ratio": 8.0}, [16, 4])]
+    rows = pd.DataFrame(_gate_rows({"casp": agent}, varied))
+    assert (rows[rows.metric == "arms_differ"]["value"] == 1.0).all()
+    assert len(rows) == 6

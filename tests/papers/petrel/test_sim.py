@@ -125,6 +125,23 @@ def test_casp_k1_equals_bsp_bit_for_bit(make_sim):
     assert b.ps_bytes < a.ps_bytes  # same numerics, one push/pull instead of N
 
 
+def test_casp_kN_equals_asp(make_sim):
+    # k = N (the A3C's top action) is singleton communities: every worker its own leader, so CASP is ASP: the same
+    # parameters after the same number of updates, the same PS bytes, no leader-tier bytes
+    hw = PSClusterHardware(name="eqa", num_workers=5, class_speeds=[1.0, 0.5], straggler_prob=0.0,
+                           regime_shift_prob=0.0)
+    casp = SyncPolicy(name="caspN", kind="casp", grouping="kmeans", num_communities=5, regroup=False)
+    a, ea = make_sim(POLICIES["asp"], hw=hw, seed=3, max_updates=12, max_time_s=1e9, mode="map")
+    b, eb = make_sim(casp, hw=hw, seed=3, max_updates=12, max_time_s=1e9, mode="map")
+    run(a, ea)
+    run(b, eb)
+    assert a.version == b.version == 12
+    assert np.array_equal(a.w, b.w)
+    assert a.ps_bytes == b.ps_bytes
+    sa, sb = a.summary(), b.summary()
+    assert sb["leader_bytes_to_target"] == sa["leader_bytes_to_target"] == 0.0
+
+
 def test_bsp_numerics_do_not_depend_on_timing(make_sim):
     fast = PSClusterHardware(name="f", num_workers=4, class_speeds=[1.0], ps_bandwidth_gbps=10.0)
     slow = PSClusterHardware(name="s", num_workers=4, class_speeds=[1.0, 0.1], straggler_prob=0.3,
