@@ -427,7 +427,10 @@ def learning_summary(log: TrainLog, num_conditions: int, tail_chunks: int = 3) -
 
 
 def arms_differ(choices: list[list[int]]) -> float:
-    """1 if the agent's decisions over all runs take at least two different community counts, else 0."""
+    """1 if the agent's decisions over all runs take at least two different community counts, else 0.
+
+    Meant for runs at one worker count (the experiments of the A3C claims have N = 16): across worker counts one
+    action level maps to different k (:func:`k_levels`), so different k there need not mean different actions."""
     return float(len({int(k) for run in choices for k in run}) >= 2)
 
 
