@@ -138,25 +138,24 @@ class MaifsParams:
     cap_duration_h: float = 2.0
     eval_windows: int = 30  # Philly evaluation windows (every seed is evaluated on all of them)
     saturn_parts: int = 4  # each Saturn workload file is cut into this many consecutive windows
-    # evaluation windows (Philly: the unseen later slice; Saturn: the held-out workload files)
-    jobs_per_window: int = 160
-    rate_jobs_per_h: float = 8.0
+    # evaluation windows (Philly: the unseen later slice; Saturn: the held-out workload files); at most
+    # jobs_per_window jobs per window
+    jobs_per_window: int = 240
     eval_start: str = "2017-11-01"
     eval_end: str = "2017-12-22"
     class_split: list[float] = field(default_factory=lambda: [20.0, 70.0, 10.0])
     saturn_eval: list[str] = field(default_factory=lambda: [f"workload-{i}" for i in range(6, 11)])
-    saturn_rate_scale: float = 1.0
-    # training set: earlier Philly slice + the other Saturn workload files (one policy for both traces)
+    # training sets (one policy per trace): the earlier Philly slice; the other Saturn workload files
     train_start: str = "2017-09-04"
     train_end: str = "2017-11-01"
-    train_windows: int = 40
+    train_windows: int = 60
     saturn_train: list[str] = field(default_factory=lambda: [f"workload-{i}" for i in range(1, 6)])
-    num_updates: int = 24
-    updates_per_chunk: int = 4
+    num_updates: int = 100
+    updates_per_chunk: int = 10
     num_envs: int = 16
     rollout_len: int = 64
     # multi-agent environment
-    servers_per_agent: int = 2
+    servers_per_agent: int = 1
     num_candidates: int = 24
     num_short: int = 12  # of the candidates, chosen by least remaining work (the rest: oldest)
     num_running: int = 8  # running jobs per agent whose lease it may release (preemption as an action)
@@ -170,11 +169,9 @@ class MaifsParams:
     check_windows: int = 8  # training windows on which trained and untrained networks are compared
     converge_tol: float = 0.05  # converged: last-fifth improvement of training JCT over the previous fifth below
     beats_margin: float = 0.01  # beats_untrained: JCT at least this fraction below the untrained network's
-    # load sweep: target arrival rates (jobs/h) of the Philly evaluation windows
-    rates: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        positive = ("jobs_per_window", "rate_jobs_per_h", "saturn_rate_scale", "train_windows", "num_updates",
+        positive = ("jobs_per_window", "train_windows", "num_updates",
                     "updates_per_chunk", "num_envs", "rollout_len", "servers_per_agent", "num_candidates",
                     "max_substeps", "reward_scale", "lookahead")
         for k in positive:
@@ -184,8 +181,6 @@ class MaifsParams:
             raise ValueError("params.num_updates must be a multiple of params.updates_per_chunk")
         if len(self.class_split) != 3 or min(self.class_split) < 0 or sum(self.class_split) <= 0:
             raise ValueError("params.class_split needs 3 non-negative weights (image, language, speech)")
-        if any(r <= 0 for r in self.rates):
-            raise ValueError("params.rates must be positive")
         if self.load <= 0 or any(x <= 0 for x in self.loads) or not self.train_loads or any(
                 x <= 0 for x in self.train_loads):
             raise ValueError("params.load, params.loads and params.train_loads must be positive")

@@ -240,3 +240,28 @@ def test_gates_per_seed_from_curves_and_the_untrained_check():
     g = runner.gates(tr, "dl2", p)
     assert g["converged"].tolist() == [1.0, 1.0]
     assert g["beats_untrained"].tolist() == [0.0, 0.0]  # equal, or less than 1 % better: not a training gain
+
+
+# ---------------------------------------------------------------------------------------------- claim boundary
+
+
+def test_best_baseline_is_the_best_heuristic_per_metric_and_the_boundary_is_the_gain_over_it():
+    from papers.maifs.experiments import best_baseline_rows, boundary_rows
+
+    rows = []
+    for pol, jct, span in (("fifo", 5.0, 20.0), ("srtf", 3.0, 24.0), ("tetris", 4.0, 19.0), ("maifs", 2.0, 21.0),
+                           ("maifs_untrained", 1.0, 10.0)):
+        for seed in (0, 1):
+            rows += [{"policy": pol, "seed": seed, "metric": "avg_jct_h", "value": jct + 0.1 * seed, "unit": "h",
+                      "load": 0.9},
+                     {"policy": pol, "seed": seed, "metric": "makespan_h", "value": span, "unit": "h", "load": 0.9}]
+    best = best_baseline_rows(rows, ["fifo", "srtf", "tetris"])  # learned rows never count as baselines
+    picked = {(r["metric"], r["seed"]): (r["picked"], r["value"]) for r in best}
+    assert picked[("avg_jct_h", 0)] == ("srtf", 3.0) and picked[("avg_jct_h", 1)] == ("srtf", 3.1)
+    assert picked[("makespan_h", 0)] == ("tetris", 19.0)  # picked per metric
+    assert all(r["policy"] == "best_baseline" and r["load"] == 0.9 for r in best)
+    import pandas as pd
+
+    gain = {(r["metric"], r["seed"]): r["value"] for r in boundary_rows(pd.DataFrame(rows + best), "maifs")}
+    assert gain[("jct_reduction_vs_best_pct", 0)] == pytest.approx(100 * (1 - 2.0 / 3.0))
+    assert gain[("makespan_reduction_vs_best_pct", 1)] == pytest.approx(100 * (1 - 21.0 / 19.0))  # negative: loses
