@@ -265,3 +265,30 @@ def test_best_baseline_is_the_best_heuristic_per_metric_and_the_boundary_is_the_
     gain = {(r["metric"], r["seed"]): r["value"] for r in boundary_rows(pd.DataFrame(rows + best), "maifs")}
     assert gain[("jct_reduction_vs_best_pct", 0)] == pytest.approx(100 * (1 - 2.0 / 3.0))
     assert gain[("makespan_reduction_vs_best_pct", 1)] == pytest.approx(100 * (1 - 21.0 / 19.0))  # negative: loses
+
+
+# ---------------------------------------------------------------------------------------------- configs
+
+
+@pytest.mark.parametrize("exp", ["headline_philly", "headline_saturn", "load_sweep", "ablation"])
+@pytest.mark.parametrize("profile", ["smoke", "default"])
+def test_every_experiment_runs_on_equal_footing_and_disjoint_contended_windows(exp, profile):
+    from common.repro.config import compose, experiment_node
+
+    node = experiment_node(compose([f"experiment=maifs/{exp}", f"profile={profile}"]))
+    p = MaifsParams(**node.params)
+    assert p.lookahead == p.num_candidates  # heuristics scan as many pending jobs as an agent sees
+    assert p.num_running > 0 and p.conflict_blocks  # agents can preempt; conflicts cost a round
+    assert p.cap_duration_h is not None and p.load > 0
+    assert not set(p.saturn_train) & set(p.saturn_eval)
+    if profile == "default":
+        assert p.num_updates >= 100
+        if exp != "headline_saturn":
+            assert 20 <= p.eval_windows <= 40
+        else:
+            assert 20 <= len(p.saturn_eval) * p.saturn_parts <= 40
+        if exp == "load_sweep":
+            assert min(p.loads) < 0.9 < max(p.loads)
+    pols = list(node.policies)
+    if exp != "ablation" or profile == "default":
+        assert "maifs_untrained" in pols and "maifs" in pols
