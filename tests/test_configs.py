@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from common.repro.claims import load_claims
+from common.repro.claims.evaluate import evaluate
 from common.repro.config import CONF_DIR, build_context, compose, experiments_of, papers_in_conf
 from common.repro.results import to_frame
 
@@ -58,3 +59,9 @@ def test_experiment_smoke_run(paper, exp, tmp_path):
     rows = registry.lookup(paper, exp).fn(ctx)
     df = to_frame(rows, trace=getattr(ctx.trace, "name", "none"), hardware=getattr(ctx.hardware, "name", "none"))
     assert len(df) > 0
+    # every claim on this experiment finds its columns and metrics in what the code writes (no stale selector)
+    pcfg = compose([f"paper={paper}"]).paper
+    _, claims = load_claims(Path(importlib.import_module(pcfg.module).__file__).parent / pcfg.claims)
+    for c in (c for c in claims if c.experiment == exp and not c.skip):
+        v = evaluate(c, df, paper)
+        assert "not in results" not in v.note, f"{c.id}: {v.note}"

@@ -277,6 +277,14 @@ def test_skipped_cases():
     assert evaluate(claim(metric="other"), df).verdict == "SKIPPED"
 
 
+def test_column_missing_from_old_results_skips_that_claim_only():
+    df = frame({"a": [1.0, 1.1, 0.9], "b": [2.0, 2.1, 1.9]})  # written before the experiment swept "load"
+    for c in (claim(over="load"), claim(where={"load": 0.9})):
+        v = evaluate(c, df, paper="p")
+        assert v.verdict == "SKIPPED" and "'load'" in v.note and "./reproduce.sh p" in v.note
+    assert evaluate(claim(), df).verdict == "REPRODUCED"  # the same rows still decide the claims that fit them
+
+
 def test_ambiguous_rows_are_a_schema_error():
     two = {"a": [1.0, 1.01, 0.99], "b": [2.0, 2.0, 2.0]}
     df = pd.concat([frame(two, bw=1.0), frame(two, bw=2.0)])

@@ -147,11 +147,16 @@ def _worst(items: Sequence[tuple[str, Any]]) -> tuple[str, Any]:
 # ---------------------------------------------------------------------------------------------- row selection
 
 
+class MissingColumn(ClaimsSchemaError):
+    """A claim selects on a column its experiment's CSV does not have: results older than the claim (or a wrong
+    column name, which ``tests/test_configs.py`` rules out by checking every claim on its experiment's smoke rows)."""
+
+
 def _select(df: pd.DataFrame, flt: Mapping[str, Any], metric: str, where: Mapping[str, Any]) -> pd.DataFrame:
     sel = df[df["metric"] == metric]
     for col, v in {**where, **flt}.items():
         if col not in sel.columns:
-            raise ClaimsSchemaError(f"filter column {col!r} not in results (columns: {list(df.columns)})")
+            raise MissingColumn(f"filter column {col!r} not in results (columns: {list(df.columns)})")
         vals = v if isinstance(v, list) else [v]
         col_vals = sel[col]
         if pd.api.types.is_numeric_dtype(col_vals):
@@ -169,7 +174,7 @@ def _keyed(sel: pd.DataFrame, claim: Claim, label: str) -> pd.Series:
     over = claim.over
     keys = ["seed"] + ([over] if over else [])
     if over and over not in sel.columns:
-        raise ClaimsSchemaError(f"{label}: 'over' column {over!r} not in results")
+        raise MissingColumn(f"{label}: 'over' column {over!r} not in results")
     dup = sel.duplicated(keys)
     if dup.any():
         varying = [c for c in sel.columns if c not in (*keys, "value", "value_raw") and sel[c].nunique() > 1]
@@ -260,6 +265,9 @@ def evaluate(claim: Claim, df: pd.DataFrame | None, paper: str = "") -> Verdict:
         _evaluate(claim, df, v)
     except _NotDeterministic as e:
         v.verdict, v.note = "INCONCLUSIVE", str(e)
+        return v
+    except MissingColumn as e:  # one paper's old CSV must not stop the other papers' verdicts
+        v.verdict, v.note = "SKIPPED", f"{e}: the results predate this claim; regenerate them (./reproduce.sh {paper})"
         return v
     if v.verdict != "SKIPPED":
         _apply_gates(claim, df, v)
