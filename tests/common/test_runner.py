@@ -193,7 +193,10 @@ def test_ctrl_c_stops_with_one_clear_line(toy_conf, tmp_path):
     env = {**os.environ, "TOY_STARTED_MARKER": str(marker), "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "common.repro.run_all", "toy", "--profile", "smoke", "--no-claims",
            "--conf-dir", str(toy_conf), "--results-dir", str(res)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A shell's background job (`pytest ... &`) starts with SIGINT ignored and children inherit that: give the
+    # run the default handler, as an interactive Ctrl-C would find it.
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not marker.exists():
         assert proc.poll() is None and time.monotonic() < deadline

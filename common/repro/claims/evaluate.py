@@ -149,7 +149,7 @@ def _worst(items: Sequence[tuple[str, Any]]) -> tuple[str, Any]:
 
 class MissingColumn(ClaimsSchemaError):
     """A claim selects on a column its experiment's CSV does not have: results older than the claim (or a wrong
-    column name, which ``tests/test_configs.py`` rules out by checking every claim on its experiment's smoke rows)."""
+    column name; ``tests/test_configs.py`` rules that out for ``over`` columns on every experiment's smoke rows)."""
 
 
 def _select(df: pd.DataFrame, flt: Mapping[str, Any], metric: str, where: Mapping[str, Any]) -> pd.DataFrame:
