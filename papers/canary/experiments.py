@@ -16,6 +16,8 @@ import numpy as np
 from common.repro import RunContext, experiment, metric_rows
 from common.repro.plots import figure, lines_with_ci
 from common.sim.netsim import gbps_to_bytes_per_s
+from common.timing import MODELS as TIMING_MODELS
+from common.timing import effective_flops_per_s
 from papers.canary.data import SHAPES, layout_for_shape, load_images_trace, model_layout
 from papers.canary.numerics import Exchange, Setup, make_train
 from papers.canary.protocols import NetSpec, ProtocolSpec, Schedule, simulate
@@ -27,12 +29,21 @@ from papers.canary.schemas import (
     TrafficParams,
     TrainParams,
 )
-from papers.canary.workload import ComputeModel
+from papers.canary.workload import ComputeModel, Layout, timing_layout
 
 
 def compute_model(hw: BCubeCluster) -> ComputeModel:
+    """The worker's compute model: the proxy on ``worker_tflops`` with overheads, or, with ``hardware.workload``,
+    the Gavel-calibrated training rate of ``hardware.gpu`` (which already includes every overhead)."""
+    if hw.workload:
+        return ComputeModel(effective_flops_per_s(hw.gpu), 0.0, 0.0, 2.0)
     return ComputeModel(hw.worker_tflops * 1e12, hw.kernel_overhead_us * 1e-6, hw.iteration_overhead_ms * 1e-3,
                         hw.backward_factor)
+
+
+def des_layout(hw: BCubeCluster, proxy: Layout) -> Layout:
+    """The layout the discrete-event model sees: the proxy's, or its pieces on ``hardware.workload``'s gradient."""
+    return timing_layout(proxy, TIMING_MODELS[hw.workload]()) if hw.workload else proxy
 
 
 def net_spec(hw: BCubeCluster, gbps: float, k: int | None = None) -> NetSpec:
@@ -85,6 +96,7 @@ def train_and_time(ctx: RunContext, p: TrainParams, grid: list[tuple[float, floa
     layout = model_layout(p.model, data, p.colayer_bytes, p.piece_elems)
     setup = Setup(p.model, data, layout, hw.num_servers, p.batch, p.iterations, p.eval_every, p.lr, p.momentum)
     cm = compute_model(hw)
+    dlay = des_layout(hw, layout)
     seeds = ctx.seeds() if seeds is None else seeds
     trainers: dict[tuple, object] = {}  # one compilation per numerics; the optimiser is a jit argument
     cache: dict[tuple, np.ndarray] = {}
@@ -93,7 +105,7 @@ def train_and_time(ctx: RunContext, p: TrainParams, grid: list[tuple[float, floa
     for gbps in p.bandwidths_gbps:
         ns = net_spec(hw, gbps)
         for name, pol in ctx.policies.items():
-            sched = simulate(protocol_spec(pol), ns, layout, cm, p.batch, p.iterations,
+            sched = simulate(protocol_spec(pol), ns, dlay, cm, p.batch, p.iterations,
                              max_simulated=p.des_max_simulated)
             ex = exchange_for(pol, sched, ns)
             for lr, mom in grid or [p.optimiser_for(name)]:
@@ -310,7 +322,8 @@ def traffic(ctx: RunContext) -> list[dict]:
     """Bytes on the wire per iteration of every policy on BCube(3,1) and BCube(3,2) (deterministic)."""
     p: TrafficParams = ctx.params
     hw = ctx.hardware
-    layout = layout_for_shape(p.model, SHAPES[ctx.trace.options["dataset"]], p.colayer_bytes, p.piece_elems)
+    layout = des_layout(hw, layout_for_shape(p.model, SHAPES[ctx.trace.options["dataset"]], p.colayer_bytes,
+                                             p.piece_elems))
     cm = compute_model(hw)
     rows = []
     ctx.progress.start(len(p.bcube_k) * len(ctx.policies), "policy x cluster")
@@ -353,7 +366,7 @@ def piece_sweep(ctx: RunContext) -> list[dict]:
     rows = []
     ctx.progress.start(len(p.piece_elems) * len(p.bandwidths_gbps) * len(ctx.policies), "configs")
     for pe in p.piece_elems:
-        layout = layout_for_shape(p.model, SHAPES[ctx.trace.options["dataset"]], p.colayer_bytes, pe)
+        layout = des_layout(hw, layout_for_shape(p.model, SHAPES[ctx.trace.options["dataset"]], p.colayer_bytes, pe))
         for gbps in p.bandwidths_gbps:
             ns = net_spec(hw, gbps)
             for name, pol in ctx.policies.items():

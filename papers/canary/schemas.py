@@ -31,8 +31,21 @@ class BCubeCluster(BaseHardware):
     kernel_overhead_us: float = 20.0
     iteration_overhead_ms: float = 1.0
     backward_factor: float = 2.0
+    # [ours] timing from a realistic model (common.timing.MODELS key, e.g. resnet50): the discrete-event model sees
+    # its per-layer FLOPs and gradient bytes (proxy pieces mapped by fractional position) on `gpu` (common.timing:
+    # Gavel-measured training rate; the calibrated rate includes kernel and iteration overheads, so those above are
+    # then unused); empty: the trained proxy's own layers on worker_tflops
+    workload: str = ""
+    gpu: str = "p100"
 
     def __post_init__(self) -> None:
+        from common.timing import GAVEL_RESNET50_STEPS_PER_S, MODELS as TIMING_MODELS
+
+        if self.workload and self.workload not in TIMING_MODELS:
+            raise ValueError(f"hardware.workload must be one of {sorted(TIMING_MODELS)} or empty, "
+                             f"got {self.workload!r}")
+        if self.gpu not in GAVEL_RESNET50_STEPS_PER_S:
+            raise ValueError(f"hardware.gpu must be one of {sorted(GAVEL_RESNET50_STEPS_PER_S)}, got {self.gpu!r}")
         if self.bcube_n < 2 or self.bcube_k < 0:
             raise ValueError(f"BCube needs bcube_n >= 2 and bcube_k >= 0, got {self.bcube_n}, {self.bcube_k}")
         for f in ("nic_gbps", "worker_tflops", "backward_factor"):

@@ -12,6 +12,13 @@
   into **pieces** of ``piece_elems`` elements (the last piece of a colayer is shorter when the size does not
   divide). A colayer is ready to send when the backward pass of its last layer ends.
 
+**Timing from a realistic model** (:func:`timing_layout`, [ours]): the numerics train a small proxy, but the
+discrete-event model may see a realistic model (:mod:`common.timing`, e.g. ResNet-50): its layers, FLOPs and
+gradient bytes. The proxy's pieces are mapped onto the realistic gradient by *fractional position* (proxy piece
+``[a, b)`` of ``D`` elements becomes ``[a R, b R)`` with ``R = D_real / D``, rounded down), so the schedule keeps
+one entry per proxy piece while each message carries the realistic bytes, and a piece is ready when the backward
+pass of the realistic layer holding its first element ends.
+
 Pieces are ranges of the tree-order flat vector of ``jax.flatten_util.ravel_pytree`` (no copy or permutation
 is needed to cut or reassemble them); a colayer whose layers are not adjacent in that vector is cut run by run,
 so no piece straddles two runs. Pieces are numbered colayer by colayer in backward order.
@@ -199,4 +206,51 @@ def make_layout(layers: list[Layer], colayer_bytes: int, piece_elems: int, bytes
                   np.asarray(plen), np.asarray(pcol))
 
 
-__all__ = ["ComputeModel", "Layer", "Layout", "make_layout", "profile_layers"]
+def realistic_layers(cost) -> list[Layer]:
+    """A :class:`common.timing.ModelCost`'s layers with parameters, as :class:`Layer` (forward order, tiling)."""
+    out, off = [], 0
+    for l in cost.layers:
+        if l.params:
+            out.append(Layer(l.name, int(l.params), off, float(l.flops)))
+            off += int(l.params)
+    if not out:
+        raise ValueError(f"model {cost.name!r} has no parameters")
+    return out
+
+
+def timing_layout(proxy: Layout, cost) -> Layout:
+    """The proxy's pieces on a realistic model's gradient (see the module docstring).
+
+    Returns a :class:`Layout` over ``cost``'s layers (a :class:`common.timing.ModelCost`) with the proxy's piece
+    count and numbering: piece ``q`` covers ``[start_q R, end_q R)`` (floor) of the realistic flat vector. Its
+    colayers are runs of consecutive realistic layers in backward order, each closed by a layer that holds the first
+    element of some piece; piece ``q`` belongs to the colayer of the layer holding its first element (its other
+    elements lie in later layers, whose backward pass ends earlier). ``piece_elems`` stays the proxy's: it is the
+    quantisation granularity (one ``(lo, scale)`` per ``piece_elems`` elements of a message); the timing layout's
+    pieces are messages of any length and it has no gather index.
+    """
+    layers = realistic_layers(cost)
+    d, d_real = proxy.size, int(sum(l.size for l in layers))
+    if d_real < d:
+        raise ValueError(f"the realistic model ({d_real} parameters) is smaller than the proxy ({d})")
+    start = np.asarray(proxy.piece_start, dtype=np.int64)
+    end = start + np.asarray(proxy.piece_len, dtype=np.int64)
+    r_start, r_end = start * d_real // d, end * d_real // d
+    ends = np.asarray([l.offset + l.size for l in layers])
+    holder = np.searchsorted(ends, r_start, side="right")  # layer holding each piece's first element
+    closing = set(holder.tolist())
+    colayers, cur, col_of_layer = [], [], {}
+    for i in reversed(range(len(layers))):
+        cur.append(i)
+        if i in closing:
+            col_of_layer[i] = len(colayers)
+            colayers.append(tuple(cur))
+            cur = []
+    if cur:  # cannot happen: the piece starting at 0 closes the last group
+        raise AssertionError("layer 0 must hold a piece start")
+    ranges = tuple(((layers[ids[-1]].offset, layers[ids[0]].offset + layers[ids[0]].size),) for ids in colayers)
+    pcol = np.asarray([col_of_layer[int(h)] for h in holder])
+    return Layout(tuple(layers), tuple(colayers), ranges, proxy.piece_elems, r_start, r_end - r_start, pcol)
+
+
+__all__ = ["ComputeModel", "Layer", "Layout", "make_layout", "profile_layers", "realistic_layers", "timing_layout"]
