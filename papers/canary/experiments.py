@@ -17,12 +17,14 @@ from common.repro import RunContext, experiment, metric_rows
 from common.repro.plots import figure, lines_with_ci
 from common.sim.netsim import gbps_to_bytes_per_s
 from common.timing import MODELS as TIMING_MODELS
-from common.timing import effective_flops_per_s
+from common.timing import comm_compute_ratio, effective_flops_per_s
 from papers.canary.data import SHAPES, layout_for_shape, load_images_trace, model_layout
 from papers.canary.numerics import Exchange, Setup, make_train
 from papers.canary.protocols import NetSpec, ProtocolSpec, Schedule, simulate
 from papers.canary.schemas import (
+    AccuracyCostParams,
     BCubeCluster,
+    CommRatioParams,
     ExchangePolicy,
     OptimiserSweepParams,
     PieceSweepParams,
@@ -65,7 +67,7 @@ def exchange_for(pol: ExchangePolicy, sched: Schedule, ns: NetSpec) -> Exchange:
             if not np.all(vis == np.arange(sched.iterations)[:, None, None] + 1):
                 raise AssertionError("staleness 0 must make every piece visible at the next iteration")
             vis = None
-        return Exchange("tree", sketch=pol.sketch, bcube=tree, visible=vis)
+        return Exchange("tree", sketch=pol.sketch, bcube=tree, visible=vis, local_first=pol.local_first)
     if pol.protocol == "ako":
         return Exchange("ako", visible=sched.visible, ako_partitions=sched.ako_partitions)
     if pol.sketch:
@@ -108,7 +110,7 @@ def train_and_time(ctx: RunContext, p: TrainParams, grid: list[tuple[float, floa
             sched = simulate(protocol_spec(pol), ns, dlay, cm, p.batch, p.iterations,
                              max_simulated=p.des_max_simulated)
             ex = exchange_for(pol, sched, ns)
-            for lr, mom in grid or [p.optimiser_for(name)]:
+            for lr, mom in grid or [p.optimiser_for(name, gbps)]:
                 key = (ex.key(), lr, mom)
                 if key not in cache:
                     if ex.key() not in trainers:
@@ -138,6 +140,10 @@ def tta_metrics(run: PolicyRun, target: float, batch: int) -> dict[str, tuple[np
         "tta_s": (tta, "s"),
         "iters_to_target": (iters.astype(float), "iterations"),
         "reached_target": (reached.astype(float), "bool"),
+        # validity gate of the speed-up claims (`requires: [baseline_reached]`): 1 where this run reached the target;
+        # a claim comparing policies is INCONCLUSIVE when any compared run did not (a censored time measures the
+        # budget, not the policy)
+        "baseline_reached": (reached.astype(float), "bool"),
         "final_acc": (run.acc[:, -1], "fraction"),
         "throughput_its": (np.full(len(tta), it_s), "iterations/s"),
         "images_per_s": (np.full(len(tta), it_s * s.num_workers * batch), "images/s"),
@@ -249,6 +255,30 @@ def ablation(ctx: RunContext) -> list[dict]:
     return _tta_experiment(ctx)
 
 
+def plateaued(acc: np.ndarray, plateau_pp: float) -> np.ndarray:
+    """Per run (rows of ``acc [S, E]``): 1 when the mean accuracy over the last quarter of the evaluations exceeds
+    the mean over the quarter before it by less than ``plateau_pp`` percentage points, else 0."""
+    k = max(1, acc.shape[1] // 4)
+    if acc.shape[1] < 2 * k + 1:
+        raise ValueError("too few evaluations to tell a plateau")
+    gain = 100.0 * (acc[:, -k:].mean(axis=1) - acc[:, -2 * k: -k].mean(axis=1))
+    return (gain < plateau_pp).astype(float)
+
+
+@experiment("canary", "accuracy_cost", params=AccuracyCostParams)
+def accuracy_cost(ctx: RunContext) -> list[dict]:
+    """Final MNIST accuracy of Canary (sketch + staleness) and synchronous Canary (sketch) against BML (fp32), every
+    policy at the same optimiser, long enough to plateau (gate ``plateaued`` per run)."""
+    p: AccuracyCostParams = ctx.params
+    runs = train_and_time(ctx, p)
+    rows = tta_rows(ctx, runs, p)
+    for r in runs:
+        rows += metric_rows(r.policy, {"plateaued": (plateaued(r.acc, p.plateau_pp), "bool")}, seeds=ctx.seeds(),
+                            bandwidth_gbps=r.gbps, servers=r.schedule.num_workers)
+    plot_accuracy(ctx, runs, p)
+    return rows + accuracy_drop_rows(ctx, runs, p)
+
+
 @experiment("canary", "sketch_accuracy", params=TrainParams)
 def sketch_accuracy(ctx: RunContext) -> list[dict]:
     """Accuracy impact of the 8-bit sketch at equal iterations on the CNN variant (CIFAR-10 JPEG copy, LeNet-5)."""
@@ -256,6 +286,41 @@ def sketch_accuracy(ctx: RunContext) -> list[dict]:
     runs = train_and_time(ctx, p)
     plot_accuracy(ctx, runs, p)
     return tta_rows(ctx, runs, p) + accuracy_drop_rows(ctx, runs, p)
+
+
+def ratio_gbps(hw: BCubeCluster, batch: int, ratio: float) -> float:
+    """NIC Gbps at which ``hardware.workload``'s communication-to-compute ratio (one fp32 gradient over one NIC /
+    one iteration's compute, :func:`common.timing.comm_compute_ratio`) equals ``ratio``."""
+    if not hw.workload:
+        raise ValueError("the communication-to-compute ratio needs hardware.workload (a common.timing model)")
+    rate = effective_flops_per_s(hw.gpu)
+    return comm_compute_ratio(TIMING_MODELS[hw.workload](), batch, rate, 1.0) / ratio
+
+
+@experiment("canary", "comm_ratio", params=CommRatioParams)
+def comm_ratio(ctx: RunContext) -> list[dict]:
+    """Claim boundary: Canary's speed-ups against BML, the PS and Ako as the communication-to-compute ratio grows
+    (the NIC rate set per ratio for ``hardware.workload``; the numerics train the proxy)."""
+    from dataclasses import replace
+
+    p: CommRatioParams = ctx.params
+    gbps = {ratio_gbps(ctx.hardware, p.batch, r): r for r in p.comm_ratios}
+    q = replace(p, bandwidths_gbps=list(gbps))
+    runs = train_and_time(ctx, q)
+    rows = tta_rows(ctx, runs, q)
+    for row in rows:
+        row["comm_ratio"] = gbps[row["bandwidth_gbps"]]
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    fig, axes = figure(ncols=2, w=5.0, h=3.6)
+    lines_with_ci(axes[0][0], df, "tta_s", x="comm_ratio", xlabel="communication / compute (log)",
+                  ylabel=f"simulated time to {100 * p.target_acc:g}% (s)", logx=True)
+    axes[0][0].set_yscale("log")
+    lines_with_ci(axes[0][1], df, "throughput_its", x="comm_ratio", xlabel="communication / compute (log)",
+                  ylabel="iterations per simulated second", logx=True)
+    ctx.save_figure(fig, "tta_vs_comm_ratio")
+    return rows
 
 
 def sweep_score(run: PolicyRun, target: float, iterations: int, eval_every: int) -> tuple[float, float]:
@@ -389,5 +454,5 @@ def piece_sweep(ctx: RunContext) -> list[dict]:
     return rows
 
 
-__all__ = ["compute_model", "exchange_for", "net_spec", "protocol_spec", "sweep_score", "tta_metrics",
+__all__ = ["compute_model", "des_layout", "exchange_for", "plateaued", "ratio_gbps", "net_spec", "protocol_spec", "sweep_score", "tta_metrics",
            "train_and_time"]

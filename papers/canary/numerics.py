@@ -23,6 +23,11 @@ Aggregation (what is summed, and where 8-bit rounding happens; ``RT`` = sketch r
 For Canary with staleness ``s > 0`` the aggregated piece ``(t, q)`` is applied by worker ``w`` at the iteration
 ``visible[t, w, q]`` the discrete-event schedule gives (between ``t + 1`` and ``t + 1 + s``); updates are
 scaled by ``1 / N`` in every protocol, so each gradient enters every replica exactly once with weight ``1 / N``.
+
+``local_first`` ([ours], the async variant of issue #24): worker ``w`` applies its *own* fp32 gradient at once
+(at ``t + 1``, like Ako) and, when the aggregated piece ``(t, q)`` becomes visible, only the rest of it: the
+aggregate minus its own exact contribution (so the sketch error of the aggregate stays in, and only remote pieces
+are stale). Each gradient still enters every replica exactly once with weight ``1 / N``.
 """
 
 from __future__ import annotations
@@ -75,17 +80,21 @@ class Exchange:
     bcube: tuple[int, int] = (3, 1)  # (n, k) of the tree; k = 0 is a single switch
     visible: np.ndarray | None = field(default=None, repr=False)  # [T, N, Q] canary / [T, N_s, N_r] ako
     ako_partitions: int = 1
+    local_first: bool = False  # tree with a schedule: own gradient at once, only remote pieces stale
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"exchange kind must be one of {KINDS}, got {self.kind!r}")
         if self.kind == "ako" and self.visible is None:
             raise ValueError("ako needs a visibility schedule")
+        if self.local_first and (self.kind != "tree" or self.visible is None):
+            raise ValueError("local_first needs Canary's tree with a visibility schedule (staleness > 0)")
 
     def key(self) -> tuple:
         """Identity of the numerics: equal keys train identically (used to share runs between policies)."""
         vis = None if self.visible is None else hash(np.ascontiguousarray(self.visible).tobytes())
-        return (self.kind, self.sketch, self.bcube if self.kind == "tree" else None, vis, self.ako_partitions)
+        return (self.kind, self.sketch, self.bcube if self.kind == "tree" else None, vis, self.ako_partitions,
+                self.local_first)
 
 
 def _rt_rows(x: jax.Array, enabled: bool, valid: jax.Array | None = None) -> jax.Array:
@@ -237,7 +246,7 @@ def make_train(setup: Setup, ex: Exchange):
     asynchronous = ex.visible is not None
     masks, window = _masks(ex, T, n_w, lay) if asynchronous else (None, 0)
     # Canary with the same visibility at every worker keeps every replica identical: one replica suffices
-    shared = ex.kind == "tree" and asynchronous and bool(np.all(masks == masks[:, :1]))
+    shared = ex.kind == "tree" and asynchronous and not ex.local_first and bool(np.all(masks == masks[:, :1]))
     replicas = asynchronous and not shared
     if shared:
         masks = masks[:, 0]  # [T + 1, age, Q]
@@ -272,6 +281,8 @@ def make_train(setup: Setup, ex: Exchange):
             st["buf"] = jnp.zeros((window, n_w, m))
         elif asynchronous:
             st["buf"] = jnp.zeros((window, lay.num_pieces, lay.piece_elems))
+            if ex.local_first:
+                st["own"] = jnp.zeros((window, n_w, lay.num_pieces, lay.piece_elems))
         return st
 
     def step(c, st, xs):
@@ -306,7 +317,13 @@ def make_train(setup: Setup, ex: Exchange):
                 agg = aggregate(g, ex, lay, gidx, flat_pos)
                 pieces = jnp.concatenate([agg, jnp.zeros(1)])[gidx]  # [Q, L]
                 st["buf"] = buf = st["buf"].at[t % window].set(pieces)
-                if replicas:
+                if ex.local_first:
+                    own = jnp.concatenate([g, jnp.zeros((n_w, 1))], axis=1)[:, gidx]  # [N, Q, L], exact
+                    st["own"] = own_buf = st["own"].at[t % window].set(own)
+                    got = jnp.einsum("waq,aql->wql", mask.astype(g.dtype), buf[ages])  # [N, Q, L]
+                    mine = jnp.einsum("waq,awql->wql", mask.astype(g.dtype), own_buf[ages])
+                    delta = (g + (got - mine).reshape(n_w, -1)[:, flat_pos]) / n_w
+                elif replicas:
                     got = jnp.einsum("waq,aql->wql", mask.astype(g.dtype), buf[ages])  # [N, Q, L]
                     delta = got.reshape(n_w, -1)[:, flat_pos] / n_w
                 else:

@@ -70,12 +70,15 @@ class ExchangePolicy(BasePolicy):
     multi_nic: bool = True
     pipeline: bool = True
     ako_partitions: int = 0  # 0: Ako's bandwidth rule
+    local_first: bool = False  # [ours] async Canary: apply the own gradient at once, only remote pieces are stale
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"policy.protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
         if self.staleness < 0 or self.ako_partitions < 0:
             raise ValueError("policy.staleness and policy.ako_partitions must be >= 0")
+        if self.local_first and (self.protocol != "canary" or self.staleness < 1):
+            raise ValueError("policy.local_first needs protocol 'canary' with staleness >= 1")
         if self.sketch and self.protocol in ("bml", "ako"):
             raise ValueError(f"protocol {self.protocol!r} has no 8-bit variant")
 
@@ -99,7 +102,8 @@ class TrainParams:
     des_max_simulated: int = 60  # synchronous protocols: simulate this many iterations, then the period
     # "policy:reference" pairs: report the per-seed final-accuracy drop of policy against reference (pp)
     accuracy_pairs: list[str] = field(default_factory=list)
-    # per-policy optimiser {policy: [lr, momentum]} (the `optimiser_sweep` choice); unlisted policies use lr/momentum
+    # per-policy optimiser {policy: [lr, momentum]} (the `optimiser_sweep` choice); unlisted policies use lr/momentum;
+    # a key "policy@<gbps>" (e.g. "canary@1") overrides the policy's entry at that NIC rate
     optimiser: dict[str, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -122,9 +126,10 @@ class TrainParams:
             if len(opt) != 2 or not opt[0] > 0 or not 0 <= opt[1] < 1:
                 raise ValueError(f"params.optimiser.{name} must be [lr > 0, 0 <= momentum < 1], got {list(opt)}")
 
-    def optimiser_for(self, policy: str) -> tuple[float, float]:
-        """``(lr, momentum)`` that ``policy`` trains with."""
-        lr, mom = self.optimiser.get(policy, (self.lr, self.momentum))
+    def optimiser_for(self, policy: str, gbps: float | None = None) -> tuple[float, float]:
+        """``(lr, momentum)`` that ``policy`` trains with (at NIC rate ``gbps``: ``policy@<gbps>`` first)."""
+        at = self.optimiser.get(f"{policy}@{gbps:g}") if gbps is not None else None
+        lr, mom = at if at is not None else self.optimiser.get(policy, (self.lr, self.momentum))
         return float(lr), float(mom)
 
 
@@ -147,6 +152,44 @@ class OptimiserSweepParams(TrainParams):
             raise ValueError("params.lrs must be positive and params.momenta in [0, 1), both non-empty")
         if self.tuning_seed_offset < 1:
             raise ValueError("params.tuning_seed_offset must be >= 1 (tuning seeds differ from evaluation seeds)")
+
+
+@dataclass
+class CommRatioParams(TrainParams):
+    """Time to accuracy against the communication-to-compute ratio (claim boundary, [ours]).
+
+    The ratio is :func:`common.timing.comm_compute_ratio` of ``hardware.workload``: one fp32 gradient over one NIC
+    divided by one iteration's compute on ``hardware.gpu``; each ratio sets the NIC rate
+    ``8 * gradient bytes / (ratio * step time)`` (``bandwidths_gbps`` is ignored).
+    """
+
+    comm_ratios: list[float] = field(default_factory=lambda: [0.25, 1.0, 4.0])
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.comm_ratios or min(self.comm_ratios) <= 0 or len(set(self.comm_ratios)) != len(self.comm_ratios):
+            raise ValueError("params.comm_ratios must be distinct positive ratios")
+
+
+@dataclass
+class AccuracyCostParams(TrainParams):
+    """Final-accuracy cost of the sketch and staleness, every policy at the same optimiser, run to a plateau ([ours]).
+
+    ``plateaued`` (a 0/1 gate per run): the mean test accuracy over the last quarter of the evaluations exceeds the
+    mean over the quarter before it by less than ``plateau_pp`` percentage points.
+    """
+
+    plateau_pp: float = 0.5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.plateau_pp > 0:
+            raise ValueError(f"params.plateau_pp must be > 0, got {self.plateau_pp}")
+        if len(set(map(tuple, self.optimiser.values()))) > 1:
+            raise ValueError("accuracy_cost compares policies at the same optimiser: params.optimiser must not "
+                             "differ between policies (use lr/momentum)")
+        if self.iterations // self.eval_every < 8:
+            raise ValueError("accuracy_cost needs >= 8 evaluations to tell a plateau")
 
 
 @dataclass

@@ -177,3 +177,39 @@ def test_sweep_score_prefers_fewest_iterations_then_accuracy_and_ranks_divergenc
     assert ranked == [fast, slow_better, missed, diverged]
     tie = run([[0.1, 0.95, 0.96, 0.98], [0.1, 0.5, 0.95, 0.98]])
     assert sweep_score(tie, 0.9, 30, 10) < sweep_score(fast, 0.9, 30, 10)  # same iterations, higher final
+
+
+def test_local_first_applies_the_own_gradient_at_once_and_only_remote_pieces_late(tiny_setup):
+    from dataclasses import replace
+
+    setup = replace(tiny_setup, iterations=10, eval_every=5)
+    T, n, q = setup.iterations, setup.num_workers, setup.layout.num_pieces
+    seeds = [0]
+    # nothing from the network arrives within the run: a local-first worker still trains on its own gradient
+    # (weight 1 / N, at once), exactly as Ako does when no peer's partition arrives; plain async Canary stands still
+    never = np.full((T, n, q), T + 1)
+    local = make_train(setup, Exchange("tree", sketch=True, bcube=(2, 1), visible=never, local_first=True))(seeds)
+    ako_never = np.full((T, n, n), T + 1)
+    ako_never[:, np.arange(n), np.arange(n)] = np.arange(1, T + 1)[:, None]
+    ako = make_train(setup, Exchange("ako", visible=ako_never, ako_partitions=1))(seeds)
+    np.testing.assert_allclose(local["loss"], ako["loss"], rtol=1e-5)
+    np.testing.assert_allclose(local["acc"], ako["acc"], atol=1e-6)
+    plain = make_train(setup, Exchange("tree", sketch=True, bcube=(2, 1), visible=never))(seeds)
+    assert np.all(plain["acc"] == plain["acc"][:, :1]) and local["acc"][0, -1] > local["acc"][0, 0] + 0.1
+    # every piece visible at the next iteration: own + (aggregate - own) = the aggregate, i.e. synchronous Canary
+    now = np.broadcast_to(np.arange(T)[:, None, None] + 1, (T, n, q)).copy()
+    lf = make_train(setup, Exchange("tree", sketch=False, bcube=(2, 1), visible=now, local_first=True))(seeds)
+    sync = make_train(setup, Exchange("tree", sketch=False, bcube=(2, 1)))(seeds)
+    # (float32 sums in another order, as in the test above: rtol 5e-3; a lost or doubled own gradient differs by far more)
+    np.testing.assert_allclose(lf["loss"], sync["loss"], rtol=5e-3)
+    with pytest.raises(ValueError, match="local_first"):
+        Exchange("tree", local_first=True)
+
+
+def test_optimiser_per_nic_rate_overrides_the_policy_entry():
+    from papers.canary.schemas import TrainParams
+
+    p = TrainParams(lr=0.1, momentum=0.9, optimiser={"canary": [0.2, 0.0], "canary@1": [0.05, 0.5]})
+    assert p.optimiser_for("canary", 1.0) == (0.05, 0.5)  # the per-NIC entry
+    assert p.optimiser_for("canary", 10.0) == (0.2, 0.0) == p.optimiser_for("canary")  # the policy's entry
+    assert p.optimiser_for("bml", 1.0) == (0.1, 0.9)  # unlisted: lr / momentum
