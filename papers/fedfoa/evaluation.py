@@ -6,8 +6,12 @@
 * :func:`fine_tune` -- encoder + linear head trained end to end with cross-entropy on a small labelled subset
   (1 % / 10 % of the SSL pool), random horizontal flips, Adam; top-1 on the test set.
 
-All are pure and ``vmap``-able over clients and seeds; :func:`compiled_eval` caches the jitted forms per
-architecture and sizes.
+* :func:`centered_gram`, :func:`pairwise_cka`, :func:`mean_pairwise_cka` -- linear CKA (Kornblith et al., 2019)
+  between clients' representations of the same images: basis-invariant, so it compares clients whose features
+  live in unrelated bases or have different widths.
+
+All are pure and ``vmap``-able over clients and seeds; :func:`compiled_eval` and :func:`compiled_monitor` cache the
+jitted forms per architecture and sizes.
 """
 
 from __future__ import annotations
@@ -103,6 +107,48 @@ def fine_tune(net: Net, params: Params, key: jax.Array, x_lab: jax.Array, y_lab:
 def features_logits(net: Net, p, images, image_size, mean, std, chunk: int = 500) -> jax.Array:
     f = features(net, p["enc"], images, image_size, mean, std, chunk)
     return f @ p["head"]["w"] + p["head"]["b"]
+
+
+def centered_gram(f: jax.Array) -> jax.Array:
+    """``H F F^T H / ||H F F^T H||_F`` for features ``f [N, D]`` (``H`` centres the rows); zeros if not finite."""
+    fc = f - f.mean(axis=0)
+    k = fc @ fc.T
+    norm = jnp.sqrt(jnp.sum(k * k))
+    ok = jnp.isfinite(norm) & (norm > 0)
+    return jnp.where(ok, k / jnp.where(ok, norm, 1.0), 0.0)
+
+
+def pairwise_cka(grams: jax.Array) -> jax.Array:
+    """Linear CKA ``[K, K]`` between clients from their normalised centred Gram matrices ``[K, N, N]``."""
+    return jnp.einsum("inm,jnm->ij", grams, grams)
+
+
+def mean_pairwise_cka(grams: jax.Array) -> jax.Array:
+    """Mean linear CKA over the distinct client pairs (``grams [..., K, N, N]``, K >= 2) -> ``[...]``."""
+    k = grams.shape[-3]
+    if k < 2:
+        raise ValueError("cross-client CKA needs at least two clients")
+    m = jnp.einsum("...inm,...jnm->...ij", grams, grams)
+    iu = jnp.triu_indices(k, 1)
+    return m[..., iu[0], iu[1]].mean(-1)
+
+
+@functools.cache
+def compiled_monitor(spec: NetSpec, image_size: int, num_classes: int, probe_steps: int, cka_samples: int
+                     ) -> Callable:
+    """Jitted ``monitor(params [k], x_tr, y_tr, x_te, y_te, mean, std) -> (probe acc [k], gram [k, n, n])``: the
+    linear probe of :func:`compiled_eval` and the normalised centred Gram of the first ``n = min(cka_samples,
+    len(x_te))`` evaluation images' representations (for cross-client CKA)."""
+    net = make_net(spec)
+
+    def one(p, x_tr, y_tr, x_te, y_te, mean, std):
+        ftr = features(net, p, x_tr, image_size, mean, std)
+        fte = features(net, p, x_te, image_size, mean, std)
+        acc = linear_probe(ftr, y_tr, fte, y_te, num_classes, steps=probe_steps)
+        return acc, centered_gram(fte[:cka_samples])
+
+    return jax.jit(jax.vmap(one, in_axes=(0, None, None, None, None, None, None)),
+                   compiler_options=COMPILER_OPTIONS)
 
 
 @functools.cache

@@ -7,6 +7,8 @@
   cannot run here).
 * ``simsiam`` -- SimSiam backbone: FedFoA vs FedSimSiam vs local-only.
 * ``ablation`` -- alignment weight lambda and calibration, evaluated on a validation slice of the training split.
+* ``calibration`` -- the SSL budget: local-only SSL against the untrained encoder over a small grid (dataset and
+  image size, encoder, clients, local steps), probe curves per chunk of rounds (:mod:`papers.fedfoa.calibration`).
 * ``comm`` -- exact bytes per client per round of every method for both encoder sizes (no training).
 """
 
@@ -17,10 +19,11 @@ import pandas as pd
 
 from common.repro import RunContext, experiment, metric_rows
 from common.repro.plots import bars_with_ci, figure, lines_with_ci
+from papers.fedfoa.calibration import run_calibration
 from papers.fedfoa.federation import SHARE_CODE, FedShape, bytes_per_round
 from papers.fedfoa.models import NetSpec
 from papers.fedfoa.runner import run_fedssl
-from papers.fedfoa.schemas import CommParams, FedSSLParams
+from papers.fedfoa.schemas import CalibrationParams, CommParams, FedSSLParams
 
 DATA_NOTE = "CIFAR-10 = vendored JPEG q75 copy"
 
@@ -48,6 +51,16 @@ def _figures(ctx: RunContext, rows: list[dict]) -> None:
         lines_with_ci(axes[0][0], cur, "ssl_loss", x="round", ylabel="SSL loss (client mean)")
         lines_with_ci(axes[0][1], cur, "align_loss", x="round", ylabel="||R_k - R_g||^2/d^2 (diagnostic)")
         ctx.save_figure(fig, "rounds")
+    if "probe_acc_round" in set(df["metric"]):
+        cur = df[df["metric"].isin(["probe_acc_round", "cka_round"])]
+        fig, axes = figure(ncols=2, w=5.0)
+        lines_with_ci(axes[0][0], cur, "probe_acc_round", x="local_steps_done", ylabel="probe accuracy (%)")
+        if "random_init" in set(df["policy"]):
+            ref = df[(df["policy"] == "random_init") & (df["metric"] == "probe_acc")]["value"].mean()
+            axes[0][0].axhline(ref, color="k", ls="--", lw=0.8, label="untrained encoder")
+            axes[0][0].legend(fontsize=7)
+        lines_with_ci(axes[0][1], cur, "cka_round", x="local_steps_done", ylabel="cross-client linear CKA")
+        ctx.save_figure(fig, "monitor")
 
 
 def _fedssl(ctx: RunContext) -> list[dict]:
@@ -60,6 +73,14 @@ _fedssl.extra_policies_ok = True  # the random_init reference rows
 
 for _name in ("headline", "iid", "hetero", "simsiam", "ablation"):
     experiment("fedfoa", _name, params=FedSSLParams)(_fedssl)
+
+
+@experiment("fedfoa", "calibration", params=CalibrationParams)
+def calibration(ctx: RunContext) -> list[dict]:
+    return run_calibration(ctx)
+
+
+calibration.extra_policies_ok = True  # the random_init reference rows
 
 
 @experiment("fedfoa", "comm", params=CommParams)

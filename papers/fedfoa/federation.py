@@ -14,6 +14,13 @@ The whole run is one ``lax.scan`` over rounds inside one ``jit``; clients of one
 (:func:`compiled_train`). State is a pytree of arrays (:class:`Carry`), so a run is checkpointed between chunks
 of rounds and resumed after a kill (:func:`run_train`).
 
+Initialisation (``FedShape.init``): ``"common"`` (default) -- the server draws one initial model and broadcasts it,
+so homogeneous clients start identical; in a heterogeneous federation every architecture group starts from one
+model and all groups share the projector head (its last linear layer and batch-norm) and the predictor, whose
+shapes do not depend on the encoder. Relation matrices (and KD features) are then expressed in a common projector
+basis. ``"independent"`` -- every client draws its own initialisation (the earlier behaviour; kept only to show
+what a relation exchanged without a common basis carries, see tests/papers/fedfoa/test_federation.py).
+
 What changes the compiled program is the static :class:`FedShape` (architectures and sizes); *which* method
 and SSL backbone run is the traced :class:`Knobs` (see :func:`knobs`), so every policy of every experiment
 with the same shape reuses one executable. Methods:
@@ -24,7 +31,7 @@ with the same shape reuses one executable. Methods:
 | ``fedavg`` | online encoder + projector + predictor (FedBYOL / FedSimSiam) | homogeneous |
 | ``fedu`` | same; predictor by DAPU (Zhuang et al., ICCV 2021) | homogeneous, BYOL |
 | ``fedema`` | same; EMA update scaled by divergence (Zhuang et al., ICLR 2022) | homogeneous, BYOL |
-| ``kd`` | projector features of a public set (FedMD-style feature distillation) | any, needs public data |
+| ``kd`` | public-set features up, mean sample-similarity matrix down (relational KD) | any, needs public data |
 | ``foa=True`` | + relation factor ``L [d, r]`` each way (FedFoA); with ``local`` this is FedFoA itself | any |
 """
 
@@ -33,7 +40,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +53,9 @@ from papers.fedfoa.models import Net, NetSpec, Params, conv_kernels, make_net
 from papers.fedfoa.ssl import BACKBONES, ema_update, normalize, siamese_loss
 
 METHODS = ("local", "fedavg", "fedu", "fedema", "kd")
+INITS = ("common", "independent")
+# the parts of the net whose shapes do not depend on the encoder: common across architectures under init="common"
+HEAD_PARTS = (("projector", "l2"), ("projector", "bn"), ("predictor",))
 SHARE_CODE = {"local": 0, "kd": 0, "fedavg": 1, "fedu": 2, "fedema": 3}
 # XLA:CPU at optimisation level 1 compiles these programs ~2x faster than the default (2) at equal run time
 # (measured; see README "Performance").
@@ -74,8 +84,11 @@ class FedShape:
     kd_batch: int = 64
     image_size: int = 16
     augment: AugmentSpec = field(default=None)  # type: ignore[assignment]
+    init: str = "common"  # common | independent (see the module docstring)
 
     def __post_init__(self) -> None:
+        if self.init not in INITS:
+            raise ConfigurationError(f"init must be one of {INITS}, got {self.init!r}")
         if self.augment is None:
             object.__setattr__(self, "augment", AugmentSpec(out_size=self.image_size))
         if self.augment.out_size != self.image_size:
@@ -129,15 +142,16 @@ class Knobs(NamedTuple):
     momentum: jax.Array
     weight_decay: jax.Array
     target_tau: jax.Array  # BYOL target EMA
-    dapu_threshold: jax.Array  # FedU mu
+    dapu_threshold: jax.Array  # FedU mu (absolute; used when dapu_rel == 0)
+    dapu_rel: jax.Array  # FedU: if > 0, mu = dapu_rel * median over clients of the round-0 divergence
     ema_scaler_target: jax.Array  # FedEMA auto-scaler tau
     calib_floor: jax.Array  # smallest step scale calibration applies
 
 
 def knobs(shape: FedShape, method: str, *, backbone: str = "byol", foa: bool = False, calibrate: bool = False,
           lam: float = 1.0, kd_weight: float = 1.0, lr: float = 0.05, momentum: float = 0.9, weight_decay: float = 5e-4,
-          target_tau: float = 0.99, dapu_threshold: float = 0.4, ema_scaler_target: float = 0.7,
-          calib_floor: float = 0.1) -> Knobs:
+          target_tau: float = 0.99, dapu_threshold: float = 0.4, dapu_rel: float = 0.0,
+          ema_scaler_target: float = 0.7, calib_floor: float = 0.1) -> Knobs:
     """Validate a policy against ``shape`` and pack it as traced knobs (raises ConfigurationError)."""
     if method not in METHODS:
         raise ConfigurationError(f"unknown method {method!r}; known: {METHODS}")
@@ -155,14 +169,15 @@ def knobs(shape: FedShape, method: str, *, backbone: str = "byol", foa: bool = F
         raise ConfigurationError("calibrate uses the aggregated relation matrix: it needs foa=True")
     if lam < 0 or kd_weight < 0 or lr <= 0 or not 0 <= momentum < 1 or weight_decay < 0:
         raise ConfigurationError("need lam >= 0, kd_weight >= 0, lr > 0, 0 <= momentum < 1, weight_decay >= 0")
-    if not 0 <= target_tau < 1 or dapu_threshold < 0 or ema_scaler_target <= 0 or not 0 < calib_floor <= 1:
+    if not 0 <= target_tau < 1 or dapu_threshold < 0 or dapu_rel < 0 or ema_scaler_target <= 0 \
+            or not 0 < calib_floor <= 1:
         raise ConfigurationError("need 0 <= target_tau < 1, dapu_threshold >= 0, ema_scaler_target > 0, "
-                                 "0 < calib_floor <= 1")
+                                 "dapu_rel >= 0, 0 < calib_floor <= 1")
     f = jnp.float32
     return Knobs(jnp.bool_(backbone == "simsiam"), jnp.int32(SHARE_CODE[method]), jnp.bool_(foa),
                  jnp.bool_(calibrate), jnp.bool_(method == "kd"),
                  f(lam), f(kd_weight), f(lr), f(momentum), f(weight_decay), f(target_tau), f(dapu_threshold),
-                 f(ema_scaler_target), f(calib_floor))
+                 f(dapu_rel), f(ema_scaler_target), f(calib_floor))
 
 
 class ClientState(NamedTuple):
@@ -173,6 +188,7 @@ class ClientState(NamedTuple):
     div: jax.Array  # [k] divergence of the last local training (FedU / FedEMA)
     scaler: jax.Array  # [k] FedEMA lambda_k (0 until first measured)
     dapu_global: jax.Array  # [k] bool: FedU takes the global predictor at the next download
+    dapu_mu: jax.Array  # [k] FedU's divergence threshold in force (fixed at round 0 when dapu_rel > 0)
     rel: jax.Array  # [k, d, r] last relation factor of this client
     rel_ok: jax.Array  # [k] bool
 
@@ -181,7 +197,7 @@ class ServerState(NamedTuple):
     global_params: Params  # FedAvg aggregate (homogeneous programs; otherwise an unused init)
     rel_g: jax.Array  # [d, r] aggregated relation factor
     has_rel: jax.Array  # bool: rel_g has been aggregated at least once
-    consensus: jax.Array  # [P, d] KD consensus features
+    consensus: jax.Array  # [P, P] KD consensus: mean over clients of the public set's cosine-similarity matrix
     has_cons: jax.Array  # bool
 
 
@@ -212,6 +228,7 @@ class TrainOutput(NamedTuple):
     clients: tuple[ClientState, ...]  # final per-group client states
     server: ServerState
     stats: RoundStats  # leaves [rounds, K]
+    monitor: Any = None  # run_train(monitor=...): the monitor's output after each chunk, leaves [S, chunks, ...]
 
 
 def cosine_lr(peak: jax.Array, t: jax.Array, rounds: int) -> jax.Array:
@@ -223,6 +240,54 @@ def divergence(before: Params, after: Params) -> jax.Array:
     """Mean over the encoder's conv kernels of ``||W_after - W_before||_2`` (FedU/FedEMA authors' code)."""
     ks = [jnp.sqrt(jnp.sum((a - b) ** 2)) for a, b in zip(conv_kernels(before), conv_kernels(after), strict=True)]
     return jnp.mean(jnp.stack(ks))
+
+
+def with_head(params: Params, head_from: Params) -> Params:
+    """``params`` with the encoder-independent head parts (:data:`HEAD_PARTS`) taken from ``head_from``."""
+    out = jax.tree.map(lambda a: a, params)
+    for path in HEAD_PARTS:
+        src, dst = head_from, out
+        for key in path[:-1]:
+            src, dst = src[key], dst[key]
+        dst[path[-1]] = jax.tree.map(lambda a: a, src[path[-1]])
+    return out
+
+
+def initial_params(shape: FedShape, key: jax.Array) -> tuple[Params, list[Params]]:
+    """``(server model, [stacked client params per group])`` at round 0.
+
+    ``init="common"``: the server's model (architecture of group 0) is every client's model in a homogeneous
+    federation; in a heterogeneous one each group gets one model of its architecture, with the projector head and
+    predictor of the server's model. ``init="independent"``: one draw per client.
+    """
+    nets = [make_net(s) for s, _ in shape.groups]
+    kg, kc = jax.random.split(key)
+    global_params = nets[0].init(kg)
+    groups = []
+    for gi, ((_, n), net) in enumerate(zip(shape.groups, nets, strict=True)):
+        kgi = jax.random.fold_in(kc, gi)
+        if shape.init == "independent":
+            groups.append(jax.vmap(net.init)(jax.random.split(kgi, n)))
+            continue
+        one = global_params if gi == 0 else with_head(net.init(kgi), global_params)
+        groups.append(jax.tree.map(lambda a, n=n: jnp.broadcast_to(a, (n, *a.shape)), one))
+    return global_params, groups
+
+
+def relational_kd_loss(z: jax.Array, target_sim: jax.Array) -> jax.Array:
+    """``mean((Z Z^T - S)^2)`` for L2-normalised ``z [B, d]`` and a target similarity matrix ``S [B, B]``.
+
+    Basis-invariant: rotating ``z`` (any orthogonal map of the feature space) leaves it unchanged."""
+    return jnp.mean((z @ z.T - target_sim) ** 2)
+
+
+def similarity_consensus(feats: jax.Array, ok: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Server step of relational KD: ``(mean over ok clients of F_k F_k^T [P, P], any_ok)`` from the uploaded
+    L2-normalised public-set features ``feats [K, P, d]`` (non-ok clients, e.g. non-finite, are left out)."""
+    grams = jnp.einsum("kpd,kqd->kpq", jnp.where(ok[:, None, None], feats, 0.0),
+                       jnp.where(ok[:, None, None], feats, 0.0))
+    n = ok.sum()
+    return grams.sum(0) / jnp.maximum(n, 1), n > 0
 
 
 def _select(cond, a, b):
@@ -266,7 +331,7 @@ class _Ctx(NamedTuple):
     lr: jax.Array
     rel_g: jax.Array  # [d, d] reconstructed global relation matrix
     use_align: jax.Array  # bool
-    consensus: jax.Array  # [P, d]
+    consensus: jax.Array  # [P, P]
     use_kd: jax.Array  # bool
 
 
@@ -284,10 +349,10 @@ def make_local_train(shape: FedShape, net: Net) -> Callable[..., tuple[Params, P
         tx = optax.chain(optax.add_decayed_weights(kn.weight_decay), optax.trace(decay=kn.momentum))
         opt_state = tx.init(params)
 
-        def kd_term(p, kp):
+        def kd_term(p, kp):  # relational KD: match the consensus sample similarities of a public batch
             j = jax.random.randint(kp, (shape.kd_batch,), 0, public_view.shape[0])
             zp = normalize(net.embed(p, public_view[j]))
-            return jnp.mean(jnp.sum((zp - ctx.consensus[j]) ** 2, axis=-1))
+            return relational_kd_loss(zp, ctx.consensus[j][:, j])
 
         def loss_fn(p, tg, v1, v2, kp):
             ssl, (z1, z2) = siamese_loss(net, p, tg, v1, v2, kn.simsiam)
@@ -336,16 +401,15 @@ def make_train(shape: FedShape) -> Callable[..., TrainOutput]:
     d, r = shape.proj_dim, shape.rank
 
     def init(kn: Knobs, key: jax.Array, num_public: int) -> tuple[tuple[ClientState, ...], ServerState]:
-        kg, kc = jax.random.split(key)
-        global_params = nets[0].init(kg)
+        global_params, groups = initial_params(shape, key)
         states = []
-        for gi, ((_, n), net) in enumerate(zip(shape.groups, nets, strict=True)):
-            p = jax.vmap(net.init)(jax.random.split(jax.random.fold_in(kc, gi), n))
+        for (_, n), p in zip(shape.groups, groups, strict=True):
             states.append(ClientState(
                 params=p, target=p, div=jnp.zeros((n,)), scaler=jnp.zeros((n,)),
-                dapu_global=jnp.ones((n,), bool), rel=jnp.zeros((n, d, r)), rel_ok=jnp.zeros((n,), bool)))
-        server = ServerState(global_params, jnp.zeros((d, r)), jnp.array(False), jnp.zeros((num_public, d)),
-                             jnp.array(False))
+                dapu_global=jnp.ones((n,), bool), dapu_mu=jnp.zeros((n,)), rel=jnp.zeros((n, d, r)),
+                rel_ok=jnp.zeros((n,), bool)))
+        server = ServerState(global_params, jnp.zeros((d, r)), jnp.array(False),
+                             jnp.zeros((num_public, num_public)), jnp.array(False))
         return tuple(states), server
 
     def client_round(gi, kn, server, st, t, kt, idx, counts, images, mean, std, public_view, rel_g_full):
@@ -365,7 +429,11 @@ def make_train(shape: FedShape) -> Callable[..., TrainOutput]:
             st.params, st.target, jax.random.split(kl, n), idx[sl], counts[sl], scale, ctx, images, mean, std,
             public_view)
         div = jax.vmap(divergence)(before, params)
-        dapu = jnp.where(kn.share == 2, div < kn.dapu_threshold, st.dapu_global)
+        # FedU's threshold: absolute (the authors' mu), or relative to the round-0 divergence scale (median over
+        # clients, reported to the server once and broadcast): see README "FedU"
+        mu_rel = jnp.where(t == 0, kn.dapu_rel * jnp.median(div), st.dapu_mu[0])
+        dapu_mu = jnp.broadcast_to(jnp.where(kn.dapu_rel > 0, mu_rel, kn.dapu_threshold), (n,))
+        dapu = jnp.where(kn.share == 2, div < dapu_mu, st.dapu_global)
         scaler = jnp.where((kn.share == 3) & (st.scaler <= 0), kn.ema_scaler_target / jnp.maximum(div, 1e-12),
                            st.scaler)
 
@@ -376,8 +444,8 @@ def make_train(shape: FedShape) -> Callable[..., TrainOutput]:
         z = jax.vmap(embed_sample)(params, jax.random.split(ks, n), idx[sl], counts[sl])
         rk, ok = jax.vmap(relation.relation_matrix)(z)
         lk = jax.vmap(lambda m: relation.factorise(m, r))(rk)
-        st = st._replace(params=params, target=target, div=div, dapu_global=dapu, scaler=scaler, rel=lk,
-                         rel_ok=ok)
+        st = st._replace(params=params, target=target, div=div, dapu_global=dapu, dapu_mu=dapu_mu, scaler=scaler,
+                         rel=lk, rel_ok=ok)
         feats = None
         if shape.kd_path:
             feats = jax.lax.cond(
@@ -425,8 +493,8 @@ def make_train(shape: FedShape) -> Callable[..., TrainOutput]:
             if shape.kd_path:
                 feats = jnp.concatenate([o[1][2] for o in outs])
                 fin = jnp.all(jnp.isfinite(feats), axis=(1, 2))
-                cons = normalize(jnp.where(fin[:, None, None], feats, 0.0).sum(0))
-                upd = kn.kd & fin.any()
+                cons, any_fin = similarity_consensus(feats, fin)
+                upd = kn.kd & any_fin
                 server = server._replace(consensus=jnp.where(upd, cons, server.consensus),
                                          has_cons=server.has_cons | upd)
             cat = [jnp.concatenate(x) for x in zip(*[o[2] for o in outs], strict=True)]
@@ -478,28 +546,42 @@ def compiled_chunks(shape: FedShape, chunks: int) -> tuple[Callable[..., Carry],
 
 
 def run_train(shape: FedShape, kn: Knobs, keys, idx, counts, images, public, mean, std,
-              checkpointer=None) -> TrainOutput:
+              checkpointer=None, monitor=None) -> TrainOutput:
     """All seeds of one policy in :func:`num_chunks` jitted chunks of rounds, saved with ``checkpointer`` (a
     :class:`common.repro.checkpoint.Checkpointer`, or None) after each chunk and resumed from its latest save.
-    Bit-identical to :func:`compiled_train` on the same platform; stats leaves ``[S, rounds, K]``."""
+    Bit-identical to :func:`compiled_train` on the same platform; stats leaves ``[S, rounds, K]``.
+
+    ``monitor`` (optional): ``carry -> pytree of [S, ...] arrays``, evaluated after every chunk (e.g. per-round
+    probe accuracy and cross-client similarity); it must offer ``monitor.eval_shape(carry)``. Its outputs are
+    checkpointed with the chunk's stats and returned stacked as ``TrainOutput.monitor`` (leaves ``[S, chunks,
+    ...]``)."""
     n = num_chunks(shape.rounds)
     start, advance = compiled_chunks(shape, n)
     args = (keys, idx, counts, images, public, mean, std)
 
     def chunk(c):
-        return advance(kn, c, *args)
+        c2, st = advance(kn, c, *args)
+        return c2, (st, monitor(c2) if monitor is not None else None)
 
-    chunk.eval_shape = lambda c: advance.eval_shape(kn, c, *args)
+    def chunk_shape(c):
+        c2, st = advance.eval_shape(kn, c, *args)
+        return c2, (st, monitor.eval_shape(c2) if monitor is not None else None)
+
+    chunk.eval_shape = chunk_shape
     carry, history = run_chunked(chunk, start(kn, keys, public), n, checkpointer)
-    stats = jax.tree.map(lambda *h: jnp.concatenate(h, axis=1), *history)
-    return TrainOutput(carry.clients, carry.server, stats)
+    stats = jax.tree.map(lambda *h: jnp.concatenate(h, axis=1), *[h[0] for h in history])
+    mon = None
+    if monitor is not None:
+        mon = jax.tree.map(lambda *h: jnp.stack(h, axis=1), *[h[1] for h in history])
+    return TrainOutput(carry.clients, carry.server, stats, mon)
 
 
 def bytes_per_round(shape: FedShape, method: str, foa: bool, num_public: int = 0) -> dict[str, float]:
     """Exact payload bytes per client per round, ``{"up": .., "down": ..}`` (mean over clients; float32).
 
     Parameter-sharing methods move the online encoder + projector + predictor each way; FedFoA moves one factor
-    ``L [d, r]`` each way; KD uploads ``[P, d]`` features and downloads the ``[P, d]`` consensus.
+    ``L [d, r]`` each way; relational KD uploads ``[P, d]`` features and downloads the ``[P, P]`` consensus
+    similarity matrix.
     """
     from common.fl.comm import nbytes
 
@@ -508,6 +590,8 @@ def bytes_per_round(shape: FedShape, method: str, foa: bool, num_public: int = 0
         up += nbytes(jax.eval_shape(make_net(shape.groups[0][0]).init, jax.random.key(0)))
     if foa:
         up += nbytes(jax.ShapeDtypeStruct((shape.proj_dim, shape.rank), jnp.float32))
+    down = up
     if method == "kd":
         up += nbytes(jax.ShapeDtypeStruct((num_public, shape.proj_dim), jnp.float32))
-    return {"up": up, "down": up}
+        down += nbytes(jax.ShapeDtypeStruct((num_public, num_public), jnp.float32))
+    return {"up": up, "down": down}

@@ -67,6 +67,7 @@ class FedSSLPolicy(BasePolicy):
     lam: float = 1.0
     kd_weight: float = 1.0
     dapu_threshold: float = 0.4
+    dapu_rel: float = 0.0  # FedU: > 0 sets mu = dapu_rel * median round-0 divergence (then dapu_threshold is unused)
     ema_scaler_target: float = 0.7
 
     def __post_init__(self) -> None:
@@ -74,8 +75,9 @@ class FedSSLPolicy(BasePolicy):
             raise ValueError(f"policy {self.name}: method must be one of {METHODS}, got {self.method!r}")
         if self.calibrate and not self.foa:
             raise ValueError(f"policy {self.name}: calibrate needs foa (it uses the aggregated relation matrix)")
-        if self.lam < 0 or self.kd_weight < 0 or self.dapu_threshold < 0 or self.ema_scaler_target <= 0:
-            raise ValueError(f"policy {self.name}: need lam, kd_weight, dapu_threshold >= 0 and "
+        if self.lam < 0 or self.kd_weight < 0 or self.dapu_threshold < 0 or self.dapu_rel < 0 \
+                or self.ema_scaler_target <= 0:
+            raise ValueError(f"policy {self.name}: need lam, kd_weight, dapu_threshold, dapu_rel >= 0 and "
                              "ema_scaler_target > 0")
 
 
@@ -107,10 +109,18 @@ class FedSSLParams:
     ft_fractions: list[float] = field(default_factory=list)  # e.g. [0.01, 0.1]; empty: no fine-tuning
     ft_steps: int = 60
     ft_batch: int = 32
-    random_init_reference: bool = False  # also probe the untrained encoders (policy "random_init")
+    random_init_reference: bool = False  # also write the untrained encoders' rows (policy "random_init")
     round_curves: bool = True  # per-round SSL / alignment loss rows (for the figures)
+    init: str = "common"  # common: the server broadcasts the initial model (heterogeneous: a common head); independent
+    gate_pp: float = 5.0  # beats_untrained: a trained encoder's probe must beat the untrained one by this many pp
+    monitor: bool = True  # probe accuracy and cross-client CKA after every chunk of rounds (rows with `round`)
+    cka_samples: int = 256  # evaluation images whose representations the CKA compares
 
     def __post_init__(self) -> None:
+        if self.init not in ("common", "independent"):
+            raise ValueError(f"init must be 'common' or 'independent', got {self.init!r}")
+        if self.gate_pp < 0 or self.cka_samples < 2:
+            raise ValueError("need gate_pp >= 0 and cka_samples >= 2")
         if self.eval_on not in ("test", "val"):
             raise ValueError(f"eval_on must be 'test' or 'val', got {self.eval_on!r}")
         if self.eval_on == "val" and self.n_val < 10:
@@ -132,6 +142,38 @@ class FedSSLParams:
     @property
     def split_name(self) -> str:
         return "iid" if self.alpha == 0 else f"dir{self.alpha:g}"
+
+
+@dataclass
+class CalibPoint:
+    """One setting of the SSL budget calibration grid (everything else comes from the experiment's params)."""
+
+    dataset: str = "cifar10_jpeg"
+    image_size: int = 16
+    arch: str = "cnn_s"
+    clients: int = 5
+    local_steps: int = 10
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHS:
+            raise ValueError(f"calibration point: unknown arch {self.arch!r}; known: {sorted(ARCHS)}")
+        if self.image_size % 4 or self.image_size < 4:
+            raise ValueError(f"calibration point: image_size must be a positive multiple of 4, got {self.image_size}")
+        if self.clients < 2 or self.local_steps < 1:
+            raise ValueError("calibration point: need clients >= 2 (CKA) and local_steps >= 1")
+
+
+@dataclass
+class CalibrationParams(FedSSLParams):
+    """SSL budget calibration: local-only SSL against the untrained encoder at each grid point, probed after every
+    chunk of rounds, so one run per point gives the whole accuracy-vs-steps curve."""
+
+    grid: list[CalibPoint] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.grid:
+            raise ValueError("calibration needs a non-empty grid")
 
 
 @dataclass
