@@ -51,6 +51,8 @@ def _metrics(rs: list[SimResult]) -> dict[str, tuple[Any, str]]:
         conf = sum(r.counters["conflicts"] for r in rs)
         tried = conf + sum(r.counters["decisions"] for r in rs)
         m["conflict_rate"] = (conf / max(tried, 1), "fraction")
+    if "steps" in rs[0].counters:  # what a learned policy's episodes cost to simulate (decision sub-steps)
+        m["steps_per_window"] = (float(np.mean([r.counters["steps"] for r in rs])), "count/window")
     return m
 
 

@@ -331,6 +331,7 @@ def run_trained(tr: Trained, name: str, d: Data, cl: Cluster, windows: list[Wind
             r.counters["conflicts"] = int(s.conflicts)
             r.counters["decisions"] = int(s.decisions)
             r.counters["releases"] = int(s.releases)
+            r.counters["steps"] = int(s.steps)
             row.append(r)
         out.append(row)
     _EVALS[key] = out

@@ -172,6 +172,11 @@ def test_a_lease_release_is_a_preemption_that_frees_the_gpus(tiny):
     assert float(st.sim.remaining[victim]) < 50_000.0  # progress is kept
     # the freed server now fits a waiting job: agent 0 may place
     assert np.asarray(obs["agent_0"]["mask"])[:kk].any()
+    # but releases are lease-boundary decisions only: at substep 1 agent 1 (a running job, a job waiting) has no
+    # release option, and agent 0 none either although it now has placements (no free release-and-re-place churn)
+    assert int(st.substep) == 1
+    assert not np.asarray(obs["agent_1"]["mask"])[kk] and not np.asarray(obs["agent_0"]["mask"])[kk]
+    assert int(st.steps) == 2  # one count per decision sub-step
 
 
 def test_without_release_slots_agents_cannot_preempt(tiny):
