@@ -454,5 +454,5 @@ def piece_sweep(ctx: RunContext) -> list[dict]:
     return rows
 
 
-__all__ = ["compute_model", "des_layout", "exchange_for", "plateaued", "ratio_gbps", "net_spec", "protocol_spec", "sweep_score", "tta_metrics",
-           "train_and_time"]
+__all__ = ["compute_model", "des_layout", "exchange_for", "net_spec", "plateaued", "protocol_spec", "ratio_gbps",
+           "sweep_score", "tta_metrics", "train_and_time"]

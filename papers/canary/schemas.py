@@ -39,7 +39,8 @@ class BCubeCluster(BaseHardware):
     gpu: str = "p100"
 
     def __post_init__(self) -> None:
-        from common.timing import GAVEL_RESNET50_STEPS_PER_S, MODELS as TIMING_MODELS
+        from common.timing import GAVEL_RESNET50_STEPS_PER_S
+        from common.timing import MODELS as TIMING_MODELS
 
         if self.workload and self.workload not in TIMING_MODELS:
             raise ValueError(f"hardware.workload must be one of {sorted(TIMING_MODELS)} or empty, "

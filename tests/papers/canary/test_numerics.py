@@ -200,7 +200,8 @@ def test_local_first_applies_the_own_gradient_at_once_and_only_remote_pieces_lat
     now = np.broadcast_to(np.arange(T)[:, None, None] + 1, (T, n, q)).copy()
     lf = make_train(setup, Exchange("tree", sketch=False, bcube=(2, 1), visible=now, local_first=True))(seeds)
     sync = make_train(setup, Exchange("tree", sketch=False, bcube=(2, 1)))(seeds)
-    # (float32 sums in another order, as in the test above: rtol 5e-3; a lost or doubled own gradient differs by far more)
+    # (float32 sums in another order, as in the test above: rtol 5e-3; a lost or doubled own gradient differs by far
+    # more)
     np.testing.assert_allclose(lf["loss"], sync["loss"], rtol=5e-3)
     with pytest.raises(ValueError, match="local_first"):
         Exchange("tree", local_first=True)
