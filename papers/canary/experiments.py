@@ -87,11 +87,12 @@ class PolicyRun:
 
 
 def train_and_time(ctx: RunContext, p: TrainParams, grid: list[tuple[float, float]] | None = None,
-                   seeds: np.ndarray | None = None) -> list[PolicyRun]:
+                   seeds: np.ndarray | None = None, compute_scale: np.ndarray | None = None) -> list[PolicyRun]:
     """Simulate every (NIC rate, policy), train each distinct (numerics, optimiser) once over all seeds.
 
     A policy trains with ``p.optimiser_for(policy)``, or with every ``(lr, momentum)`` of ``grid`` (one run per
-    grid point, in grid order); ``seeds`` default to the run's seeds.
+    grid point, in grid order); ``seeds`` default to the run's seeds; ``compute_scale [N]`` makes the workers
+    heterogeneous (each worker's compute time factor, discrete-event model only).
     """
     hw = ctx.hardware
     data = load_images_trace(ctx.trace, ctx.data_dir, n_train=p.n_train or None, n_test=p.n_test)
@@ -108,7 +109,7 @@ def train_and_time(ctx: RunContext, p: TrainParams, grid: list[tuple[float, floa
         ns = net_spec(hw, gbps)
         for name, pol in ctx.policies.items():
             sched = simulate(protocol_spec(pol), ns, dlay, cm, p.batch, p.iterations,
-                             max_simulated=p.des_max_simulated)
+                             max_simulated=p.des_max_simulated, compute_scale=compute_scale)
             ex = exchange_for(pol, sched, ns)
             for lr, mom in grid or [p.optimiser_for(name, gbps)]:
                 key = (ex.key(), lr, mom)
@@ -306,13 +307,19 @@ def comm_ratio(ctx: RunContext) -> list[dict]:
     p: CommRatioParams = ctx.params
     gbps = {ratio_gbps(ctx.hardware, p.batch, r): r for r in p.comm_ratios}
     q = replace(p, bandwidths_gbps=list(gbps))
-    runs = train_and_time(ctx, q)
-    rows = tta_rows(ctx, runs, q)
-    for row in rows:
-        row["comm_ratio"] = gbps[row["bandwidth_gbps"]]
+    rows = []
+    for sd in p.slowdowns:
+        scale = np.ones(ctx.hardware.num_servers)
+        scale[-1] = sd  # one straggler (the last worker; accuracy and time are read at worker 0)
+        part = tta_rows(ctx, train_and_time(ctx, q, compute_scale=scale), q)
+        for row in part:
+            row["comm_ratio"] = gbps[row["bandwidth_gbps"]]
+            row["slowdown"] = sd
+        rows += part
     import pandas as pd
 
     df = pd.DataFrame(rows)
+    df = df[df.slowdown == p.slowdowns[0]]  # the figure: the first heterogeneity setting
     fig, axes = figure(ncols=2, w=5.0, h=3.6)
     lines_with_ci(axes[0][0], df, "tta_s", x="comm_ratio", xlabel="communication / compute (log)",
                   ylabel=f"simulated time to {100 * p.target_acc:g}% (s)", logx=True)

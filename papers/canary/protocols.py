@@ -7,7 +7,9 @@ protocols which update becomes visible to which worker at which iteration.
 
 Worker model (all protocols). Iteration ``t`` of worker ``w`` starts when the protocol's rule allows
 (:meth:`_Sim.can_start`); it runs a fixed overhead, the forward pass, then the backward pass layer by layer;
-colayer ``c`` is ready ``ready[c]`` seconds after the start (:meth:`Layout.colayer_ready`). Message sizes:
+colayer ``c`` is ready ``ready[c]`` seconds after the start (:meth:`Layout.colayer_ready`), times
+``compute_scale[w]`` for heterogeneous workers ([ours]: e.g. one straggler 2x slower; default 1 for all).
+Message sizes:
 fp32 = 4 B/element; 8-bit sketch = 1 B/element + 8 B (lo, scale) per quantisation piece; every message also
 carries ``header_bytes``.
 
@@ -141,7 +143,7 @@ class _Sim(abc.ABC):
     """Worker compute loop shared by every protocol; subclasses implement the exchange."""
 
     def __init__(self, spec: ProtocolSpec, net_spec: NetSpec, layout: Layout, cm: ComputeModel, batch: int,
-                 iterations: int, nics: int, keep_log: bool):
+                 iterations: int, nics: int, keep_log: bool, compute_scale=None):
         self.spec, self.ns, self.layout = spec, net_spec, layout
         self.T = int(iterations)
         if self.T < 1:
@@ -152,6 +154,9 @@ class _Sim(abc.ABC):
         self.net = Network(self.loop, net_spec.nic_bytes_per_s, net_spec.latency_s, num_nodes=self.N,
                            num_nics=nics, keep_log=keep_log)
         self.ready, self.compute = layout.colayer_ready(cm, batch, spec.pipeline)
+        self.scale = np.ones(self.N) if compute_scale is None else np.asarray(compute_scale, dtype=float)
+        if self.scale.shape != (self.N,) or not np.all(self.scale > 0):
+            raise ValueError(f"compute_scale must hold one positive factor per worker ({self.N})")
         self.fwd_start = np.full((self.N, self.T + 1), np.nan)
         self.bwd_end = np.full((self.N, self.T), np.nan)
         self.next = [0] * self.N
@@ -180,9 +185,10 @@ class _Sim(abc.ABC):
             self.next[w] = self.T + 1
             return
         self.busy[w] = True
+        k = self.scale[w]
         for c, off in enumerate(self.ready):
-            self.loop.at(now + off, self.on_ready, w, t, c)
-        self.loop.at(now + self.compute, self._backward_done, w, t)
+            self.loop.at(now + off * k, self.on_ready, w, t, c)
+        self.loop.at(now + self.compute * k, self._backward_done, w, t)
 
     def _backward_done(self, w: int, t: int) -> None:
         self.busy[w] = False
@@ -219,9 +225,9 @@ class _Sim(abc.ABC):
 
 
 class CanarySim(_Sim):
-    def __init__(self, spec, net_spec, layout, cm, batch, iterations, keep_log=False):
+    def __init__(self, spec, net_spec, layout, cm, batch, iterations, keep_log=False, compute_scale=None):
         bc = BCube(net_spec.n, net_spec.k) if spec.multi_nic else BCube(net_spec.num_servers, 0)
-        super().__init__(spec, net_spec, layout, cm, batch, iterations, bc.num_levels, keep_log)
+        super().__init__(spec, net_spec, layout, cm, batch, iterations, bc.num_levels, keep_log, compute_scale)
         self.bc = bc
         self.L = bc.num_levels
         self.Q = layout.num_pieces
@@ -335,8 +341,8 @@ def piece_tree(bc: BCube, num_pieces_: int):
 
 
 class PSSim(_Sim):
-    def __init__(self, spec, net_spec, layout, cm, batch, iterations, keep_log=False):
-        super().__init__(spec, net_spec, layout, cm, batch, iterations, 1, keep_log)
+    def __init__(self, spec, net_spec, layout, cm, batch, iterations, keep_log=False, compute_scale=None):
+        super().__init__(spec, net_spec, layout, cm, batch, iterations, 1, keep_log, compute_scale)
         bounds = np.linspace(0, layout.size, self.N + 1).round().astype(int)
         self.shard_size = np.diff(bounds)
         self.segments = []  # per colayer: [(shard, push bytes)]
@@ -389,8 +395,8 @@ class PSSim(_Sim):
 
 
 class RingSim(_Sim):
-    def __init__(self, spec, net_spec, layout, cm, batch, iterations, keep_log=False):
-        super().__init__(spec, net_spec, layout, cm, batch, iterations, 1, keep_log)
+    def __init__(self, spec, net_spec, layout, cm, batch, iterations, keep_log=False, compute_scale=None):
+        super().__init__(spec, net_spec, layout, cm, batch, iterations, 1, keep_log, compute_scale)
         sizes = [layout.colayer_size(c) for c in range(layout.num_colayers)]
         self.chunk_bytes = [[payload_bytes(m, spec.sketch, layout.piece_elems) for m in split_sizes(size, self.N)]
                             for size in sizes]
@@ -444,8 +450,8 @@ class RingSim(_Sim):
 
 
 class BMLSim(_Sim):
-    def __init__(self, spec, net_spec, layout, cm, batch, iterations, keep_log=False):
-        super().__init__(spec, net_spec, layout, cm, batch, iterations, net_spec.k + 1, keep_log)
+    def __init__(self, spec, net_spec, layout, cm, batch, iterations, keep_log=False, compute_scale=None):
+        super().__init__(spec, net_spec, layout, cm, batch, iterations, net_spec.k + 1, keep_log, compute_scale)
         self.bc = BCube(net_spec.n, net_spec.k)
         self.L = self.bc.num_levels
         n = self.bc.n
@@ -514,8 +520,8 @@ def ako_partitions(spec: ProtocolSpec, net_spec: NetSpec, layout: Layout, comput
 
 
 class AkoSim(_Sim):
-    def __init__(self, spec, net_spec, layout, cm, batch, iterations, keep_log=False):
-        super().__init__(spec, net_spec, layout, cm, batch, iterations, 1, keep_log)
+    def __init__(self, spec, net_spec, layout, cm, batch, iterations, keep_log=False, compute_scale=None):
+        super().__init__(spec, net_spec, layout, cm, batch, iterations, 1, keep_log, compute_scale)
         self.p = ako_partitions(spec, net_spec, layout, self.compute)
         self.part_bytes = [4 * m for m in split_sizes(layout.size, self.p)]
         self.arrival = np.full((self.T, self.N, self.N), np.nan)
@@ -551,8 +557,11 @@ _SIMS = {"canary": CanarySim, "ps": PSSim, "ring": RingSim, "bml": BMLSim, "ako"
 
 
 def simulate(spec: ProtocolSpec, net_spec: NetSpec, layout: Layout, cm: ComputeModel, batch: int,
-             iterations: int, keep_log: bool = False, max_simulated: int | None = None) -> Schedule:
+             iterations: int, keep_log: bool = False, max_simulated: int | None = None,
+             compute_scale=None) -> Schedule:
     """Run the protocol's discrete-event simulation for ``iterations`` iterations on every worker.
+
+    ``compute_scale`` (``[N]``, default all 1): each worker's compute time factor (heterogeneous workers).
 
     With ``max_simulated`` < ``iterations``, a *synchronous* protocol is simulated for that many iterations only;
     if it has reached a periodic steady state (:func:`extrapolate`) the rest is extended from the period, else the
@@ -561,12 +570,13 @@ def simulate(spec: ProtocolSpec, net_spec: NetSpec, layout: Layout, cm: ComputeM
     """
     sim_cls = _SIMS[spec.protocol]
     asynchronous = spec.protocol == "ako" or (spec.protocol == "canary" and spec.staleness > 0)
+    kw = dict(keep_log=keep_log, compute_scale=compute_scale)
     if max_simulated is None or max_simulated >= iterations or asynchronous:
-        return sim_cls(spec, net_spec, layout, cm, batch, iterations, keep_log=keep_log).run()
-    short = sim_cls(spec, net_spec, layout, cm, batch, max_simulated, keep_log=keep_log).run()
+        return sim_cls(spec, net_spec, layout, cm, batch, iterations, **kw).run()
+    short = sim_cls(spec, net_spec, layout, cm, batch, max_simulated, **kw).run()
     out = extrapolate(short, iterations, margin=spec.staleness + 3)
     if out is None:
-        return sim_cls(spec, net_spec, layout, cm, batch, iterations, keep_log=keep_log).run()
+        return sim_cls(spec, net_spec, layout, cm, batch, iterations, **kw).run()
     return out
 
 

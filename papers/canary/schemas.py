@@ -165,9 +165,13 @@ class CommRatioParams(TrainParams):
     """
 
     comm_ratios: list[float] = field(default_factory=lambda: [0.25, 1.0, 4.0])
+    # heterogeneity: the last worker computes `slowdown` times slower (1.0: homogeneous); rows carry `slowdown`
+    slowdowns: list[float] = field(default_factory=lambda: [1.0])
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not self.slowdowns or min(self.slowdowns) < 1 or len(set(self.slowdowns)) != len(self.slowdowns):
+            raise ValueError("params.slowdowns must be distinct factors >= 1 (1 = homogeneous)")
         if not self.comm_ratios or min(self.comm_ratios) <= 0 or len(set(self.comm_ratios)) != len(self.comm_ratios):
             raise ValueError("params.comm_ratios must be distinct positive ratios")
 

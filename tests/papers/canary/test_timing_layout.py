@@ -84,3 +84,25 @@ def test_bad_timing_input():
         BCubeCluster(workload="resnet51")
     with pytest.raises(ValueError, match="hardware.gpu"):
         BCubeCluster(gpu="h100")
+
+
+def test_heterogeneous_workers_in_the_discrete_event_model():
+    hw = BCubeCluster(workload="resnet50", gpu="p100")
+    lay, cm = des_layout(hw, layout_for_shape("mlp", (28, 28, 1), 65536, 16384)), compute_model(hw)
+    step = step_time_s(resnet50(), 32, effective_flops_per_s("p100"))
+    ns = NetSpec(3, 1, 25e9 / 8, 5e-6)
+    spec = ProtocolSpec("bml")
+    base = simulate(spec, ns, lay, cm, 32, 12)
+    same = simulate(spec, ns, lay, cm, 32, 12, compute_scale=np.ones(9))
+    np.testing.assert_array_equal(base.fwd_start, same.fwd_start)  # all-ones = homogeneous, bit for bit
+    scale = np.ones(9)
+    scale[-1] = 2.0
+    slow = simulate(spec, ns, lay, cm, 32, 12, compute_scale=scale)
+    # synchronous: BML's exchange starts only after the straggler's 2x backward, so each iteration is at least the
+    # homogeneous one plus one more step time
+    assert slow.steady_iteration_time() >= (base.steady_iteration_time() + step) * (1 - 1e-9)
+    # bounded staleness 1: worker 0 runs at most one iteration ahead of the straggler
+    can = simulate(ProtocolSpec("canary", sketch=True, staleness=1), ns, lay, cm, 32, 12, compute_scale=scale)
+    assert can.steady_iteration_time() >= 2 * step * 0.999
+    with pytest.raises(ValueError, match="compute_scale"):
+        simulate(spec, ns, lay, cm, 32, 4, compute_scale=np.ones(8))
