@@ -152,7 +152,6 @@ def test_steps_to_gate_known_answers():
     np.testing.assert_array_equal(reached, [1.0, 0.0])
 
 
-SUPERIORITY = ("outperforms", "compatible", "beats", "backbone", "vs_kd", "fedu")
 
 
 def test_every_superiority_claim_requires_the_learning_gate():
