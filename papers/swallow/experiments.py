@@ -141,20 +141,13 @@ def params_for(ctx: RunContext, ft: FlowTable, pol: SwallowPolicy, x: Setting) -
 
 def run_settings(ctx: RunContext, ft: FlowTable, settings: Sequence[Setting],
                  policies: dict[str, SwallowPolicy] | None = None) -> list[sim.Result]:
-    """Simulate every setting; settings sharing a compiled program run as one vmapped batch."""
+    """Simulate every setting (see :func:`sim.simulate_many`: one core per configuration on large traces)."""
     policies = policies or ctx.policies
-    groups: dict[sim.Static, list[int]] = {}
-    for i, x in enumerate(settings):
-        groups.setdefault(static_for(ctx.hardware, policies[x.policy]), []).append(i)
-    out: list[sim.Result | None] = [None] * len(settings)
-    ctx.progress.start(len(groups), "simulation batches")
-    for st, idx in groups.items():
-        ps = sim.stack_params([params_for(ctx, ft, policies[settings[i].policy], settings[i]) for i in idx])
-        res = sim.simulate_batch(ft, st, ps, log=ctx.progress.log)
-        for i, r in zip(idx, res, strict=True):
-            out[i] = r
-        ctx.progress.update(1, f"{st.kind} x{len(idx)}")
-    return out  # type: ignore[return-value]
+    jobs = [(static_for(ctx.hardware, policies[x.policy]), params_for(ctx, ft, policies[x.policy], x))
+            for x in settings]
+    ctx.progress.start(len(jobs), "simulations")
+    return sim.simulate_many(ft, jobs, log=ctx.progress.log, on_result=lambda i: ctx.progress.update(
+        1, f"{settings[i].policy} {settings[i].port_gbps:g} Gbps seed {settings[i].seed}"))
 
 
 # ----------------------------------------------------------------------------------------------- metrics

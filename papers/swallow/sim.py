@@ -8,7 +8,7 @@ through one compiled call.
 
 Flows live in a slot buffer of ``K`` entries (only admitted, unfinished flows occupy slots). A host driver runs
 the compiled loop in segments and moves the state to a larger or smaller buffer when the number of live flows
-requires it (``K`` in powers of four), so the per-event cost follows the live flows rather than the whole trace.
+requires it (``K`` in powers of two), so the per-event cost follows the live flows rather than the whole trace.
 Results do not depend on ``K``.
 
 Clock conventions are coflowsim's by default (:class:`Static`): rates are in bit/s, a simulated second is
@@ -44,6 +44,9 @@ CPU can, send the rest raw); not pipelined, ``g = max(1, 1/(L/S + r))``; always 
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
@@ -546,13 +549,18 @@ def _recompute(st: Static, tr: Trace, p: Params, s: State, cur_time, P: int, reo
     return s._replace(rate=rate)
 
 
-def _set_speeds(st: Static, tr: Trace, p: Params, s: State, P: int):
-    """Per-slot raw bytes per quantum and wire bytes per raw byte, from rates and the CPU available now."""
+def _set_speeds(st: Static, tr: Trace, p: Params, s: State, P: int, check=True):
+    """Per-slot raw bytes per quantum and wire bytes per raw byte, from rates and the CPU available now; when
+    ``check``, the largest port load so far (``peak_load``) is updated."""
     s = _speeds(st, tr, p, s, P)
-    wire_q = s.step * s.wpr
-    cap_q = p.port_bps / 8.0 * st.quantum_ms / st.second_ms
-    load = jnp.maximum(jnp.max(_segsum(wire_q, s.src, P)), jnp.max(_segsum(wire_q, s.dst, P))) / cap_q
-    return s._replace(peak_load=jnp.maximum(s.peak_load, load))
+
+    def peak(s):
+        wire_q = s.step * s.wpr
+        cap_q = p.port_bps / 8.0 * st.quantum_ms / st.second_ms
+        load = jnp.maximum(jnp.max(_segsum(wire_q, s.src, P)), jnp.max(_segsum(wire_q, s.dst, P))) / cap_q
+        return s._replace(peak_load=jnp.maximum(s.peak_load, load))
+
+    return peak(s) if check is True else lax.cond(check, peak, lambda s: s, s)
 
 
 def _speeds(st: Static, tr: Trace, p: Params, s: State, P: int):
@@ -622,13 +630,18 @@ def _step(st: Static, tr: Trace, p: Params, s: State, P: int) -> State:
     fin = s.alive & (kf <= k)
     moved = jnp.where(fin, s.rem, jnp.where(s.alive, k * s.step, 0.0))
     alive = s.alive & ~fin
-    per_red = _segsum(moved, s.red, R)
     alive_red = _segsum(alive.astype(jnp.float64), s.red, R) > 0
     red_done = s.red_done | (s.admitted[tr.red_cof] & ~alive_red)
     cof_done = active & (_segsum((~red_done).astype(jnp.float64), tr.red_cof, C) == 0)
+    if st.kind in ("madd", "dark"):  # per reducer: LCF's bytes left per rack; DARK's queues follow bytes sent
+        per_red = _segsum(moved, s.red, R)
+        sbpr = jnp.maximum(s.sbpr - per_red, 0.0) if st.kind == "madd" else s.sbpr
+        sent, wire = s.sent + _segsum(per_red, tr.red_cof, C), s.wire + _segsum(moved * s.wpr, s.cof, C)
+    else:  # FAIR, Sincronia: no compression (a wire byte is a raw byte); an event per flow completion, so one scatter
+        sbpr, moved_c = s.sbpr, _segsum(moved, s.cof, C)
+        sent, wire = s.sent + moved_c, s.wire + moved_c
     s = s._replace(
-        t=t_new, rem=s.rem - moved, alive=alive, red_done=red_done, sbpr=jnp.maximum(s.sbpr - per_red, 0.0),
-        sent=s.sent + _segsum(per_red, tr.red_cof, C), wire=s.wire + _segsum(moved * s.wpr, s.cof, C),
+        t=t_new, rem=s.rem - moved, alive=alive, red_done=red_done, sbpr=sbpr, sent=sent, wire=wire,
         done=s.done | cof_done, finish=jnp.where(cof_done, t_new, s.finish),
         rank=jnp.where(cof_done, jnp.inf, s.rank), it=s.it + 1)
     admit = t_new == t_adm
@@ -638,7 +651,9 @@ def _step(st: Static, tr: Trace, p: Params, s: State, P: int) -> State:
     need = reorder | (jnp.any(fin) & (st.kind == "sincronia"))
     if st.kind != "fair":
         s = lax.cond(need, lambda s: _recompute(st, tr, p, s, cur_time, P, reorder), lambda s: s, s)
-    return _set_speeds(st, tr, p, s, P)
+    # FAIR's shares respect every port by construction (each flow gets at most 1/n of both its ports) and change at
+    # every flow completion: its port-load check runs when flows are admitted, not at every event
+    return _set_speeds(st, tr, p, s, P, check=admit if st.kind == "fair" else True)
 
 
 def init_state(tr: Trace, K: int) -> State:
@@ -670,10 +685,21 @@ def _segment_batch(st: Static, tr: Trace, p: Params, s: State, stop_it, P: int):
     return seg, need, jax.vmap(lambda ss: _finished(tr, ss, st.end_ms))(seg)
 
 
+@partial(jax.jit, static_argnames=("st", "P"))
+def _segment_one(st: Static, tr: Trace, p: Params, s: State, stop_it, P: int):
+    """``_segment_batch`` for a batch of one, without ``vmap``: its ``lax.cond``s stay real branches (under
+    ``vmap`` a batched predicate turns them into selects, so admission and rate recomputation would run at every
+    event), which makes one configuration several times cheaper per event."""
+    one = lambda x: x[0]
+    seg = run_segment(st, tr, jax.tree.map(one, p), jax.tree.map(one, s), stop_it, P)
+    add = lambda x: x[None]
+    return (jax.tree.map(add, seg), add(needed_slots(st, tr, seg)), add(_finished(tr, seg, st.end_ms)))
+
+
 def _size_class(n: int, F: int) -> int:
     k = K_MIN
     while k < n:
-        k *= 4
+        k *= 2
     return max(K_MIN, min(k, 1 << int(math.ceil(math.log2(max(F, 1))))))
 
 
@@ -713,13 +739,13 @@ def run_batch(ft: FlowTable, st: Static, p: Params, log=None) -> tuple[State, di
         stats = {"segments": 0, "resizes": 0, "sizes": [K]}
         while True:
             stop = jnp.max(s.it) + st.segment_events
-            s, need, fin = _segment_batch(st, tr, p, s, stop, P)
+            s, need, fin = (_segment_one if B == 1 else _segment_batch)(st, tr, p, s, stop, P)
             stats["segments"] += 1
             if bool(np.all(np.asarray(fin))):
                 break
             need = int(np.max(np.where(np.asarray(fin), 0, np.asarray(need))))
             K_new = _size_class(need, ft.num_flows)
-            if K_new > K or (K_new < K and need * 8 <= K):
+            if K_new > K or (K_new < K and need * 4 <= K):  # grow at once; shrink when a quarter suffices
                 s = _resize(s, K_new)
                 K = K_new
                 stats["resizes"] += 1
@@ -729,32 +755,65 @@ def run_batch(ft: FlowTable, st: Static, p: Params, log=None) -> tuple[State, di
         return jax.block_until_ready(s), stats
 
 
-def _chunks(n: int, big: bool, most: int = 16, small: int = 8) -> list[tuple[int, int]]:
-    """Split ``n`` configurations into vmapped batches, as (real, padded) sizes, so compiled programs are reused.
-
-    Large traces (simulation dominates) use exact powers of two up to ``most``, never padded, so a batch of k costs
-    at most about k single runs; small ones (compilation dominates: tests, smoke runs) run batches of ``small``,
-    padding the last one, except that a single configuration runs alone (the deterministic baselines).
-    """
+def _chunks(n: int, small: int = 8) -> list[tuple[int, int]]:
+    """Split ``n`` configurations of a small trace into vmapped batches, as (real, padded) sizes: batches of
+    ``small``, the last one padded so that compiled programs are reused, except that a single remaining
+    configuration runs alone (the deterministic baselines)."""
     out = []
     while n > 0:
-        b = min(most, 1 << (n.bit_length() - 1)) if big else min(small, n)
-        out.append((b, b if big or n == 1 else small))
+        b = min(small, n)
+        out.append((b, 1 if n == 1 else small))
         n -= b
     return out
 
 
-def simulate_batch(ft: FlowTable, st: Static, p: Params, log=None) -> list[Result]:
-    """Results of a batch of configurations (leading axis of every ``Params`` leaf)."""
+def simulate_batch(ft: FlowTable, st: Static, p: Params, log=None, workers: int | None = None) -> list[Result]:
+    """Results of a batch of configurations (leading axis of every ``Params`` leaf); see :func:`simulate_many`."""
     n = int(np.asarray(p.port_bps).shape[0])
-    out: list[Result] = []
-    lo = 0
-    for real, padded in _chunks(n, ft.num_flows > SMALL_TRACE_FLOWS):
-        idx = np.minimum(np.arange(lo, lo + padded), lo + real - 1)
-        s, _ = run_batch(ft, st, Params(*(np.asarray(x)[idx] for x in p)), log)
-        out += [_result(ft, st, jax.tree.map(lambda x, i=i: np.asarray(x[i]), s)) for i in range(real)]
-        lo += real
-    return out
+    return simulate_many(ft, [(st, Params(*(np.asarray(x)[i] for x in p))) for i in range(n)], log, workers)
+
+
+def simulate_many(ft: FlowTable, jobs: Sequence[tuple[Static, Params]], log=None, workers: int | None = None,
+                  on_result: Callable[[int], None] | None = None,
+                  batch_below: int = SMALL_TRACE_FLOWS) -> list[Result]:
+    """Results of configurations of any kinds (one unbatched :class:`Params` each), in the order given.
+
+    Large traces (at least ``batch_below`` flows; simulation dominates): every configuration runs alone,
+    unbatched (its ``lax.cond``s stay branches), ``workers`` at a time (default: one per CPU core) in threads. XLA
+    runs each call on the calling thread's core, so a batch of k costs about k / workers single runs; a ``vmap``-ed
+    batch would cost more than k single runs, because its loop runs to its slowest member's event count at its
+    largest member's buffer size, with every branch taken as a select. The longest runs (FAIR and Sincronia, which
+    stop at every flow completion; low bandwidth) start first. Small traces (compilation dominates: tests, smoke
+    runs, fewer flows): configurations sharing a compiled program run as padded ``vmap``-ed batches of up to 8. ``on_result(i)``
+    is called (from a worker thread) when configuration ``i`` is done."""
+    out: list[Result | None] = [None] * len(jobs)
+    if ft.num_flows >= batch_below:
+        def one(i: int) -> None:
+            st, p = jobs[i]
+            s, _ = run_batch(ft, st, stack_params([p]), log)
+            out[i] = _result(ft, st, jax.tree.map(lambda x: np.asarray(x[0]), s))
+            if on_result:
+                on_result(i)
+
+        cost = lambda i: (jobs[i][0].kind in ("fair", "sincronia"), -float(jobs[i][1].port_bps))
+        order = sorted(range(len(jobs)), key=cost, reverse=True)
+        with ThreadPoolExecutor(max(1, workers or os.cpu_count() or 1)) as pool:
+            list(pool.map(one, order))  # re-raises the first error
+        return out  # type: ignore[return-value]
+    groups: dict[Static, list[int]] = {}
+    for i, (st, _) in enumerate(jobs):
+        groups.setdefault(st, []).append(i)
+    for st, idx in groups.items():
+        lo = 0
+        for real, padded in _chunks(len(idx)):
+            take = [idx[min(lo + j, lo + real - 1)] for j in range(padded)]
+            s, _ = run_batch(ft, st, stack_params([jobs[i][1] for i in take]), log)
+            for j in range(real):
+                out[take[j]] = _result(ft, st, jax.tree.map(lambda x, j=j: np.asarray(x[j]), s))
+                if on_result:
+                    on_result(take[j])
+            lo += real
+    return out  # type: ignore[return-value]
 
 
 def simulate(ft: FlowTable, st: Static, p: Params) -> Result:

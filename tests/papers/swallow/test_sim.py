@@ -86,6 +86,27 @@ def test_invariants_capacity_bytes_termination_determinism(ft, which):
     np.testing.assert_array_equal(a.wire_bytes, b.wire_bytes)
 
 
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(coflow_sets())
+def test_one_configuration_per_core_equals_vmapped_batches(ft):
+    """The large-trace path (each configuration alone, unbatched, two worker threads, results in input order)
+    gives exactly the small-trace path's results (padded vmapped batches), for every simulator kind."""
+    kw = dict(compress="swallow", ratio=0.5, speed_Bps=100e6, cores=1.0)
+    jobs = [(sim.Static(kind="madd"), sim.params(CAP, policy="sebf", num_ports=P)),
+            (sim.Static(kind="fair"), sim.params(CAP, num_ports=P)),
+            (sim.Static(kind="madd"), sim.params(CAP / 10, policy="fvdf", num_ports=P, **kw)),
+            (sim.Static(kind="dark"), sim.params(CAP, num_ports=P)),
+            (sim.Static(kind="madd"), sim.params(CAP, policy="fifo", num_ports=P))]
+    done = []
+    batched = sim.simulate_many(ft, jobs)
+    alone = sim.simulate_many(ft, jobs, workers=2, batch_below=0, on_result=done.append)
+    assert sorted(done) == list(range(len(jobs)))
+    for a, b in zip(batched, alone, strict=True):
+        np.testing.assert_array_equal(a.finish_ms, b.finish_ms)
+        np.testing.assert_array_equal(a.wire_bytes, b.wire_bytes)
+        assert a.events == b.events
+
+
 @pytest.mark.parametrize("b_mib, want", [(9, [24, 72, 104, 88]), (10, [24, 80, 112, 88])])
 def test_dark_queue_threshold_exact_tie_stays(b_mib, want):
     # A: 0->{0,1,3} 1 MiB each; B: 2->2; C: {0,1}->{0,1} 1 MiB per flow, {0,1}->3 5 MiB per flow; D: 0->0 1 MiB.
