@@ -82,7 +82,7 @@ class Static:
     dark_queues: int = 10
     dark_first_bytes: float = 10.0 * 1048576.0
     dark_mult: float = 10.0
-    dark_tie_rel: float = 1e-9  # bytes sent must exceed a queue threshold by this fraction (see tests/papers/swallow/reference.py)
+    dark_tie_rel: float = 1e-9  # bytes sent must exceed a queue threshold by this fraction (tests/.../reference.py)
     segment_events: int = 64
 
     def __post_init__(self) -> None:
@@ -784,8 +784,8 @@ def simulate_many(ft: FlowTable, jobs: Sequence[tuple[Static, Params]], log=None
     batch would cost more than k single runs, because its loop runs to its slowest member's event count at its
     largest member's buffer size, with every branch taken as a select. The longest runs (FAIR and Sincronia, which
     stop at every flow completion; low bandwidth) start first. Small traces (compilation dominates: tests, smoke
-    runs, fewer flows): configurations sharing a compiled program run as padded ``vmap``-ed batches of up to 8. ``on_result(i)``
-    is called (from a worker thread) when configuration ``i`` is done."""
+    runs, fewer flows): configurations sharing a compiled program run as padded ``vmap``-ed batches of up to 8.
+    ``on_result(i)`` is called (from a worker thread) when configuration ``i`` is done."""
     out: list[Result | None] = [None] * len(jobs)
     if ft.num_flows >= batch_below:
         def one(i: int) -> None:
