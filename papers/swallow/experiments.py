@@ -1,8 +1,8 @@
 """Swallow experiments: coflowsim parity, the headline comparison, bandwidth and CPU sweeps, ablations, predictor.
 
 Times are in the simulator's clock: a simulated second is ``hardware.clock.second_ms`` ms (1024 ms under the
-coflowsim conventions); ``*_s`` metrics are simulated seconds. Every experiment builds its configurations, groups
-them by compiled program, and runs each group as one vmapped batch (:mod:`papers.swallow.sim`).
+coflowsim conventions); ``*_s`` metrics are simulated seconds. Every experiment builds its configurations and runs
+them through :func:`papers.swallow.sim.simulate_many` (one configuration per core on the full trace).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from papers.swallow.predictor import (
 from papers.swallow.schemas import (
     AblationParams,
     BandwidthParams,
+    ClockConfig,
     CoflowFabric,
     CpuParams,
     HeadlineParams,
@@ -215,6 +216,33 @@ def _deterministic(pol: SwallowPolicy) -> bool:
 # ----------------------------------------------------------------------------------------------- experiments
 
 
+REFERENCE_CSV = "coflow/coflowsim_reference.csv"  # coflowsim's own per-coflow finish times (data/coflow/*.md)
+
+
+def coflowsim_reference(data_dir: str | Path, ft: FlowTable) -> dict[str, np.ndarray]:
+    """coflowsim's finish time (ms) per coflow of ``ft`` (arrival order), per policy, from the committed run of the
+    Java simulator on the same trace prefix; empty when no run of this prefix is on record."""
+    import pandas as pd
+
+    df = pd.read_csv(Path(data_dir) / REFERENCE_CSV)
+    df = df[df.trace_prefix == ft.num_coflows]
+    out = {}
+    for pol, g in df.groupby("scheduler"):
+        fin = g.set_index("coflow_id").finish_ms.reindex(ft.cof_id).to_numpy(np.float64)
+        if np.all(np.isfinite(fin)):
+            out[str(pol)] = fin
+    return out
+
+
+def parity_metrics(r: sim.Result, ref_finish_ms: np.ndarray) -> dict[str, tuple[float, str]]:
+    """How far our run is from coflowsim's on the same trace: relative difference of the average CCT (CCT from our
+    admission epoch, which is coflowsim's), and the share of coflows finishing in the same quantum."""
+    ref_cct = ref_finish_ms - r.start_ms
+    return {"coflowsim_avg_cct_s": (float(np.mean(ref_cct)) / r.second_ms, "s"),
+            "rel_diff_vs_coflowsim_pct": (100.0 * (np.mean(r.cct_ms) / np.mean(ref_cct) - 1.0), "%"),
+            "same_finish_as_coflowsim_pct": (100.0 * float(np.mean(r.finish_ms == ref_finish_ms)), "%")}
+
+
 @experiment("swallow", "coflowsim_parity", params=ParityParams)
 def coflowsim_parity(ctx: RunContext):
     """coflowsim's seven schedulers on the FB trace under its exact conventions (one deterministic run each)."""
@@ -222,10 +250,13 @@ def coflowsim_parity(ctx: RunContext):
     hw = ctx.hardware
     settings = [Setting(p, 0, hw.port_gbps, hw.cores_per_port, hw.codec) for p in ctx.policies]
     res = run_settings(ctx, ft, settings)
+    ref = coflowsim_reference(ctx.data_dir, ft) if hw.clock == ClockConfig() and hw.port_gbps == 1.0 else {}
     rows = []
     for x, r in zip(settings, res, strict=True):
         m = cct_metrics(ft, r)
         m["avg_cct_ms"] = (float(np.mean(r.cct_ms)), "ms")
+        if x.policy in ref:
+            m.update(parity_metrics(r, ref[x.policy]))
         rows += metric_rows(x.policy, m, seeds=[0])
     fig, ax = figure()
     cdf(ax[0, 0], {x.policy: r.cct_s for x, r in zip(settings, res, strict=True)}, "CCT (simulated s, 1024 ms)")
