@@ -23,6 +23,7 @@ import csv
 import gzip
 import importlib.metadata as md
 import io
+import math
 import platform
 import time
 from dataclasses import dataclass
@@ -121,13 +122,53 @@ def _row(cd: Codec, payload: str, orig: int, comp: int, tc: float, td: float) ->
             "decompress_MBps": round(orig / td / 1e6, 1), "block_bytes": BLOCK, "library": cd.library}
 
 
-def load_table(data_dir: Path) -> list[dict]:
-    """The committed measured table (``data/codecs/codec_table.csv``)."""
-    path = Path(data_dir) / TABLE
+class CodecTableError(ValueError):
+    """A codec side file is malformed; the message names the file, the line and the field."""
+
+
+TABLE_COLUMNS = {"codec": str, "payload": str, "ratio": float, "compress_MBps": float, "decompress_MBps": float}
+README_COLUMNS = {"codec": str, "ratio_orig_over_comp": float, "compress_MBps": float, "decompress_MBps": float}
+
+
+def _read_validated(path: Path, columns: dict[str, type], what: str) -> list[dict]:
+    """Rows of a codec CSV, validated like a trace: every column present, numbers finite and positive, ratios
+    compressed/original in (0, 1.5] (or original/compressed >= 1/1.5), no duplicate (codec, payload)."""
     if not path.exists():
-        raise FileNotFoundError(f"codec table {path} missing; run python -m papers.swallow.codecs")
+        raise FileNotFoundError(f"{what} {path} missing; run python -m papers.swallow.codecs")
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    missing = [c for c in columns if rows and c not in rows[0]] or ([] if rows else ["(no rows)"])
+    if missing:
+        raise CodecTableError(f"{path}: missing column(s) {missing}")
+    seen = set()
+    for line, r in enumerate(rows, start=2):  # line 1 is the header
+        for col, typ in columns.items():
+            v = (r.get(col) or "").strip()
+            if typ is str:
+                if not v:
+                    raise CodecTableError(f"{path}:{line}: field {col!r} is empty")
+                continue
+            try:
+                x = float(v)
+            except ValueError:
+                raise CodecTableError(f"{path}:{line}: field {col!r} is not a number: {v!r}") from None
+            if not math.isfinite(x) or x <= 0:
+                raise CodecTableError(f"{path}:{line}: field {col!r} must be finite and positive, got {v!r}")
+            if col == "ratio" and x > 1.5:
+                raise CodecTableError(f"{path}:{line}: ratio (compressed/original) {x} above 1.5")
+            if col == "ratio_orig_over_comp" and x < 1 / 1.5:
+                raise CodecTableError(f"{path}:{line}: ratio_orig_over_comp {x} below 1/1.5")
+        key = (r["codec"], r.get("payload"))
+        if key in seen:
+            raise CodecTableError(f"{path}:{line}: duplicate row for codec={key[0]!r}"
+                                  + (f" payload={key[1]!r}" if key[1] is not None else ""))
+        seen.add(key)
+    return rows
+
+
+def load_table(data_dir: Path) -> list[dict]:
+    """The committed measured table (``data/codecs/codec_table.csv``), validated (:class:`CodecTableError`)."""
+    return _read_validated(Path(data_dir) / TABLE, TABLE_COLUMNS, "codec table")
 
 
 def load_codec(data_dir: Path, codec: str, source: str = "measured",
@@ -143,11 +184,10 @@ def load_codec(data_dir: Path, codec: str, source: str = "measured",
                 return float(r["ratio"]), float(r["compress_MBps"]) * 1e6, float(r["decompress_MBps"]) * 1e6
         raise KeyError(f"no measured row for codec={codec!r} payload={payload!r}")
     if source == "lz4_readme":
-        with open(Path(data_dir) / LZ4_README, newline="") as f:
-            for r in csv.DictReader(f):
-                if r["codec"] == codec:
-                    return (1.0 / float(r["ratio_orig_over_comp"]), float(r["compress_MBps"]) * 1e6,
-                            float(r["decompress_MBps"]) * 1e6)
+        for r in _read_validated(Path(data_dir) / LZ4_README, README_COLUMNS, "LZ4 README table"):
+            if r["codec"] == codec:
+                return (1.0 / float(r["ratio_orig_over_comp"]), float(r["compress_MBps"]) * 1e6,
+                        float(r["decompress_MBps"]) * 1e6)
         raise KeyError(f"codec {codec!r} not in the LZ4 README table")
     raise ValueError(f"codec source must be 'measured' or 'lz4_readme', got {source!r}")
 

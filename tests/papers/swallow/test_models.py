@@ -34,6 +34,40 @@ def test_measured_codec_table_is_consistent(data_dir):
     assert codecs.load_codec(data_dir, "zstd")[0] < codecs.load_codec(data_dir, "lz4")[0]
 
 
+def _broken_copy(tmp_path, edit):
+    """A data dir whose codec table is the committed one with ``edit(rows)`` applied (rows: list of CSV lines)."""
+    (tmp_path / "codecs").mkdir()
+    for name in ("codec_table.csv", "lz4_readme_table.csv"):
+        (tmp_path / "codecs" / name).write_text((DATA / "codecs" / name).read_text())
+    path = tmp_path / codecs.TABLE
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(edit(lines)) + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda ls: [ls[0], ls[1].replace(",0.48472,", ",nan,")] + ls[2:], r"codec_table.csv:2: field 'ratio' must be"),
+    (lambda ls: ls[:2] + [ls[2].replace(",316.8,", ",fast,")] + ls[3:], r":3: field 'compress_MBps' is not a number"),
+    (lambda ls: ls[:3] + [ls[3].replace(",0.38115,", ",2.5,")] + ls[4:], r":4: ratio \(compressed/original\) 2.5"),
+    (lambda ls: ls + [ls[1]], r"duplicate row for codec='lz4' payload='trace_text'"),
+    (lambda ls: [ls[0].replace("decompress_MBps", "decomp")] + ls[1:], r"missing column\(s\) \['decompress_MBps'\]"),
+    (lambda ls: [ls[0], "lz4" + ls[1][3:].replace("trace_text", "")] + ls[2:], r":2: field 'payload' is empty"),
+])
+def test_malformed_codec_table_names_file_line_and_field(tmp_path, edit, message):
+    bad = _broken_copy(tmp_path, edit)
+    with pytest.raises(codecs.CodecTableError, match=message):
+        codecs.load_codec(bad, "lz4")
+    assert str(bad / codecs.TABLE) in str(pytest.raises(codecs.CodecTableError, codecs.load_table, bad).value)
+
+
+def test_malformed_lz4_readme_table_is_rejected(tmp_path):
+    bad = _broken_copy(tmp_path, lambda ls: ls)
+    p = bad / codecs.LZ4_README
+    p.write_text(p.read_text().replace(",2.101,", ",-2.101,"))
+    with pytest.raises(codecs.CodecTableError, match=r"lz4_readme_table.csv:2: field 'ratio_orig_over_comp'"):
+        codecs.load_codec(bad, "lz4", "lz4_readme")
+
+
 def test_codec_lookup_errors(data_dir):
     with pytest.raises(KeyError):
         codecs.load_codec(data_dir, "brotli")
