@@ -90,7 +90,9 @@ def test_invariants_capacity_bytes_termination_determinism(ft, which):
 @given(coflow_sets())
 def test_one_configuration_per_core_equals_vmapped_batches(ft):
     """The large-trace path (each configuration alone, unbatched, two worker threads, results in input order)
-    gives exactly the small-trace path's results (padded vmapped batches), for every simulator kind."""
+    gives the small-trace path's results (padded vmapped batches) for every simulator kind: the same finish time
+    for every coflow and the same number of events; wire bytes to rounding (the two programs are compiled apart,
+    and XLA may fuse the per-event byte sums differently: 1 ulp was seen)."""
     kw = dict(compress="swallow", ratio=0.5, speed_Bps=100e6, cores=1.0)
     jobs = [(sim.Static(kind="madd"), sim.params(CAP, policy="sebf", num_ports=P)),
             (sim.Static(kind="fair"), sim.params(CAP, num_ports=P)),
@@ -103,7 +105,7 @@ def test_one_configuration_per_core_equals_vmapped_batches(ft):
     assert sorted(done) == list(range(len(jobs)))
     for a, b in zip(batched, alone, strict=True):
         np.testing.assert_array_equal(a.finish_ms, b.finish_ms)
-        np.testing.assert_array_equal(a.wire_bytes, b.wire_bytes)
+        np.testing.assert_allclose(a.wire_bytes, b.wire_bytes, rtol=1e-12, atol=0)
         assert a.events == b.events
 
 
