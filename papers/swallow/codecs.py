@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from common.traces.errors import TraceFormatError
+
 BLOCK = 32 * 1024
 PAYLOAD_BYTES = 4 * 1024 * 1024
 PAYLOADS = ("trace_text", "cpu_csv", "cpu_f32", "mnist_u8", "cifar_jpeg")
@@ -122,8 +124,9 @@ def _row(cd: Codec, payload: str, orig: int, comp: int, tc: float, td: float) ->
             "decompress_MBps": round(orig / td / 1e6, 1), "block_bytes": BLOCK, "library": cd.library}
 
 
-class CodecTableError(ValueError):
-    """A codec side file is malformed; the message names the file, the line and the field."""
+class CodecTableError(TraceFormatError):
+    """A malformed codec side file: a data-file error like a trace's (``<file>:<line>: field '<f>': ...``), so the
+    runner reports it in one line."""
 
 
 TABLE_COLUMNS = {"codec": str, "payload": str, "ratio": float, "compress_MBps": float, "decompress_MBps": float}
@@ -139,29 +142,29 @@ def _read_validated(path: Path, columns: dict[str, type], what: str) -> list[dic
         rows = list(csv.DictReader(f))
     missing = [c for c in columns if rows and c not in rows[0]] or ([] if rows else ["(no rows)"])
     if missing:
-        raise CodecTableError(f"{path}: missing column(s) {missing}")
+        raise CodecTableError(path, f"missing column(s) {missing}")
     seen = set()
     for line, r in enumerate(rows, start=2):  # line 1 is the header
         for col, typ in columns.items():
             v = (r.get(col) or "").strip()
             if typ is str:
                 if not v:
-                    raise CodecTableError(f"{path}:{line}: field {col!r} is empty")
+                    raise CodecTableError(path, "is empty", line, col)
                 continue
             try:
                 x = float(v)
             except ValueError:
-                raise CodecTableError(f"{path}:{line}: field {col!r} is not a number: {v!r}") from None
+                raise CodecTableError(path, f"is not a number: {v!r}", line, col) from None
             if not math.isfinite(x) or x <= 0:
-                raise CodecTableError(f"{path}:{line}: field {col!r} must be finite and positive, got {v!r}")
+                raise CodecTableError(path, f"must be finite and positive, got {v!r}", line, col)
             if col == "ratio" and x > 1.5:
-                raise CodecTableError(f"{path}:{line}: ratio (compressed/original) {x} above 1.5")
+                raise CodecTableError(path, f"compressed/original {x} above 1.5", line, col)
             if col == "ratio_orig_over_comp" and x < 1 / 1.5:
-                raise CodecTableError(f"{path}:{line}: ratio_orig_over_comp {x} below 1/1.5")
+                raise CodecTableError(path, f"original/compressed {x} below 1/1.5", line, col)
         key = (r["codec"], r.get("payload"))
         if key in seen:
-            raise CodecTableError(f"{path}:{line}: duplicate row for codec={key[0]!r}"
-                                  + (f" payload={key[1]!r}" if key[1] is not None else ""))
+            raise CodecTableError(path, f"duplicate row for codec={key[0]!r}"
+                                  + (f" payload={key[1]!r}" if key[1] is not None else ""), line)
         seen.add(key)
     return rows
 

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.traces import parse_coflow_text
+from common.traces.errors import TraceFormatError
 from papers.swallow import codecs, cpuload, jobs
 from papers.swallow.predictor import ewma_predict, windows
 from papers.swallow.workload import build_flow_table
@@ -46,16 +47,16 @@ def _broken_copy(tmp_path, edit):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda ls: [ls[0], ls[1].replace(",0.48472,", ",nan,")] + ls[2:], r"codec_table.csv:2: field 'ratio' must be"),
-    (lambda ls: ls[:2] + [ls[2].replace(",316.8,", ",fast,")] + ls[3:], r":3: field 'compress_MBps' is not a number"),
-    (lambda ls: ls[:3] + [ls[3].replace(",0.38115,", ",2.5,")] + ls[4:], r":4: ratio \(compressed/original\) 2.5"),
+    (lambda ls: [ls[0], ls[1].replace(",0.48472,", ",nan,")] + ls[2:], r"codec_table.csv:2: field 'ratio': must be"),
+    (lambda ls: ls[:2] + [ls[2].replace(",316.8,", ",fast,")] + ls[3:], r":3: field 'compress_MBps': is not a number"),
+    (lambda ls: ls[:3] + [ls[3].replace(",0.38115,", ",2.5,")] + ls[4:], r":4: field 'ratio': compressed/original 2.5"),
     (lambda ls: ls + [ls[1]], r"duplicate row for codec='lz4' payload='trace_text'"),
     (lambda ls: [ls[0].replace("decompress_MBps", "decomp")] + ls[1:], r"missing column\(s\) \['decompress_MBps'\]"),
-    (lambda ls: [ls[0], "lz4" + ls[1][3:].replace("trace_text", "")] + ls[2:], r":2: field 'payload' is empty"),
+    (lambda ls: [ls[0], "lz4" + ls[1][3:].replace("trace_text", "")] + ls[2:], r":2: field 'payload': is empty"),
 ])
 def test_malformed_codec_table_names_file_line_and_field(tmp_path, edit, message):
     bad = _broken_copy(tmp_path, edit)
-    with pytest.raises(codecs.CodecTableError, match=message):
+    with pytest.raises(TraceFormatError, match=message):  # the runner's one-line data-file error
         codecs.load_codec(bad, "lz4")
     assert str(bad / codecs.TABLE) in str(pytest.raises(codecs.CodecTableError, codecs.load_table, bad).value)
 
@@ -64,7 +65,7 @@ def test_malformed_lz4_readme_table_is_rejected(tmp_path):
     bad = _broken_copy(tmp_path, lambda ls: ls)
     p = bad / codecs.LZ4_README
     p.write_text(p.read_text().replace(",2.101,", ",-2.101,"))
-    with pytest.raises(codecs.CodecTableError, match=r"lz4_readme_table.csv:2: field 'ratio_orig_over_comp'"):
+    with pytest.raises(codecs.CodecTableError, match=r"lz4_readme_table.csv:2: field 'ratio_orig_over_comp': must be"):
         codecs.load_codec(bad, "lz4", "lz4_readme")
 
 
