@@ -17,15 +17,24 @@ papers assume; none looks at future prices or arrivals.
   job at current prices and renewables (ties broken by JCT); queue-blind for cost, myopic.
 * ``myopic``: the valid action minimising this job's own weighted objective (cost and JCT, queues included): the
   one-step-greedy counterpart of the RL agents (a reference, not one of the paper's baselines).
+* ``lookahead`` (:func:`make_lookahead`): a model-predictive planner, an upper reference for what looking ahead
+  can gain [ours]. For each of the ``candidates`` actions with the lowest predicted objective it places the job,
+  then simulates ``horizon`` future jobs under myopic placement, ``rollouts`` times, and picks the action with the
+  lowest objective plus discounted future objectives. The future jobs are drawn from the known job distribution
+  and the trace's arrival rate with the planner's own key (common random numbers across candidates): it knows the
+  system model, not the jobs that will arrive.
 """
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
-from common.rl.env import joint_mask, masked_argmax, sample_uniform, unflatten_action
-from papers.greenplace.env import EnvParams, EnvState, PlacementEnv, objective, place
+from common.rl.env import masked_argmax, sample_uniform
+from papers.greenplace.env import EnvParams, EnvState, PlacementEnv, objective, place, trace_hour
+from papers.greenplace.features import action_outcomes, all_actions, valid_actions
 
 ENV = PlacementEnv()
 
@@ -93,19 +102,12 @@ def dads(key, obs, state: EnvState, params: EnvParams):
     return _act(jnp.where(total[dsl_best] <= total[dsh], dsl_best, dsh), s, r)
 
 
-def all_actions(params: EnvParams) -> jax.Array:
-    nvec = ENV.action_space(params).nvec
-    total = nvec[0] * nvec[1] * nvec[2]
-    return unflatten_action(jnp.arange(total), nvec)
-
-
 def _best_by(score_fn):
+    """The valid joint action with the lowest ``score_fn(outcomes, params)`` (predicted by the environment's
+    model for the current job, :func:`papers.greenplace.features.action_outcomes`)."""
     def act(key, obs, state: EnvState, params: EnvParams):
-        acts = all_actions(params)
-        outs = jax.vmap(lambda a: place(state, params, a))(acts)
-        score = score_fn(outs, params)
-        valid = joint_mask(ENV.action_mask(state, params)).reshape(-1)
-        return acts[masked_argmax(-score, valid)]
+        score = score_fn(action_outcomes(state, params), params)
+        return all_actions(params)[masked_argmax(-score, valid_actions(state, params))]
 
     return act
 
@@ -119,6 +121,58 @@ def _lexi(primary, secondary):
 greedy_cheapest = _best_by(lambda o, p: _lexi(o.cost, o.jct))
 greedy_greenest = _best_by(lambda o, p: _lexi(o.co2_kg, o.jct))
 myopic = _best_by(lambda o, p: objective(o, p))
+
+def _after(state: EnvState, params: EnvParams, action: jax.Array) -> EnvState:
+    """The lanes and warm functions after the current job is placed with ``action`` (no new job drawn)."""
+    out = place(state, params, action)
+    return state.replace(free_at=out.free_at, last_used=out.last_used)
+
+
+def _myopic_step(state: EnvState, params: EnvParams) -> tuple[EnvState, jax.Array]:
+    """Place the current job myopically; return the state after it and the job's objective (the reject penalty
+    when no action is valid)."""
+    outs = action_outcomes(state, params)
+    valid = valid_actions(state, params)
+    score = objective(outs, params)
+    i = masked_argmax(-score, valid)
+    return _after(state, params, all_actions(params)[i]), jnp.where(valid.any(), score[i], params.reject_penalty)
+
+
+def _next_job(state: EnvState, params: EnvParams, u: jax.Array) -> EnvState:
+    """The next arrival drawn as the environment draws it (exponential gap at the hour's rate, then the job)."""
+    rate = params.rate[trace_hour(state, params, state.t)]
+    return ENV._sample_job(u, state, params, state.t - jnp.log1p(-u[3]) / rate)
+
+
+@functools.cache
+def make_lookahead(candidates: int, rollouts: int, horizon: int, gamma: float):
+    """The look-ahead planner's ``act(key, obs, state, params)`` (see the module docstring); cached per setting,
+    so evaluations reuse one compilation."""
+
+    def act(key, obs, state: EnvState, params: EnvParams):
+        outs = action_outcomes(state, params)
+        valid = valid_actions(state, params)
+        now = objective(outs, params)
+        k = min(int(candidates), int(valid.shape[0]))
+        _, idx = jax.lax.top_k(jnp.where(valid, -now, -jnp.inf), k)
+        u = jax.random.uniform(key, (rollouts, horizon, 4))
+        disc = gamma ** jnp.arange(1, horizon + 1, dtype=jnp.float32)
+
+        def future(first: jax.Array, u_r: jax.Array) -> jax.Array:
+            def body(s, u_h):
+                s, obj = _myopic_step(_next_job(s, params, u_h), params)
+                return s, obj
+
+            _, objs = jax.lax.scan(body, _after(state, params, first), u_r)
+            return (disc * objs).sum()
+
+        acts = all_actions(params)[idx]
+        fut = jax.vmap(lambda a: jax.vmap(lambda u_r: future(a, u_r))(u).mean())(acts)
+        score = jnp.where(valid[idx], now[idx] + fut, jnp.inf)
+        return acts[jnp.argmin(score)]
+
+    return act
+
 
 HEURISTIC_POLICIES = {
     "cloud_only": cloud_only, "edge_only": edge_only, "random": random_policy, "neurosurgeon": neurosurgeon,

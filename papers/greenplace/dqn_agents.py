@@ -187,6 +187,7 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
     train.start, train.advance, train.total_steps = start, advance, iterations  # type: ignore[attr-defined]
     train.graphdef = graphdef  # type: ignore[attr-defined]
     train.act = make_act(kind, graphdef, env, nvec)  # type: ignore[attr-defined]
+    train.env_steps = iterations * num_envs  # type: ignore[attr-defined]
     return train
 
 

@@ -19,22 +19,29 @@ from common.repro import RunContext, experiment, metric_rows
 from common.repro.checkpoint import run_chunked
 from common.repro.plots import figure
 from papers.greenplace import dqn_agents
-from papers.greenplace.baselines import HEURISTIC_POLICIES
+from papers.greenplace.baselines import HEURISTIC_POLICIES, make_lookahead
 from papers.greenplace.env import PlacementEnv
 from papers.greenplace.evaluate import METRICS, hourly_profile, rollouts, summarise
 from papers.greenplace.latency import DEVICES, TABLE_TYPES, layer_latency_s
 from papers.greenplace.models import profile
+from papers.greenplace.scenario import vary
 from papers.greenplace.schemas import PlacementParams, PlacementPolicy
 from papers.greenplace.setup import World, world
 
 ENV = PlacementEnv()
-RL_KINDS = ("bdq", "flat_dqn", "ppo")
+RL_KINDS = ("bdq", "flat_dqn", "ppo", "ppo_scorer")
+ON_POLICY = ("ppo", "ppo_scorer")  # trained with params.onpolicy_envs x onpolicy_iterations
 _TRAINERS: dict = {}  # one compiled trainer per (algorithm, hyper-parameters, budget), shared by scenarios
+CONVERGED_TOL = 0.03  # stated before any result: see converged()
 
 
 def _trainer(kind: str):
     if kind in ("bdq", "flat_dqn"):
         return dqn_agents
+    if kind == "ppo_scorer":
+        from papers.greenplace import scorer_agent
+
+        return scorer_agent
     from papers.greenplace import ppo_agent  # needs common/rl/ppo.py
 
     return ppo_agent
@@ -45,16 +52,44 @@ def num_chunks(total_steps: int, most: int = 10) -> int:
     return max(c for c in range(1, min(most, max(total_steps, 1)) + 1) if total_steps % c == 0)
 
 
+def converged(curve: np.ndarray, tol: float = CONVERGED_TOL) -> np.ndarray:
+    """Per run (rows of ``curve`` [R, chunks], a greedy objective after each chunk, lower is better): the last
+    chunk moved the objective by at most ``tol`` (relative) and sits within ``tol`` of the run's best chunk.
+    A one-chunk curve cannot show convergence (False)."""
+    c = np.asarray(curve, float)
+    if c.shape[1] < 2:
+        return np.zeros(c.shape[0], bool)
+    last, prev = c[:, -1], c[:, -2]
+    return (np.abs(last - prev) <= tol * np.abs(prev)) & (last <= c.min(1) + tol * np.abs(c.min(1)))
+
+
+def _heuristic_act(pol: PlacementPolicy):
+    if pol.kind == "lookahead":
+        return make_lookahead(pol.plan_candidates, pol.plan_rollouts, pol.plan_horizon, pol.gamma)
+    return HEURISTIC_POLICIES[pol.kind]
+
+
+@functools.cache
+def _as_agent(act):
+    """A heuristic ``act(key, obs, state, params)`` in the agents' signature; cached, so that the evaluation's
+    compiled rollout (keyed on the function) is reused across scenarios and conditions."""
+    return lambda pp, k, o, s, q: act(k, o, s, q)
+
+
 def train_and_evaluate(w: World, scenario, pol: PlacementPolicy, seeds: np.ndarray, weights: list[float],
-                       ctx: RunContext) -> dict[float, tuple[dict, dict]]:
+                       ctx: RunContext) -> dict[float, tuple[dict, dict, dict, dict]]:
     """Train one agent per (weight, seed) on the training year (one jit, vmapped), evaluate each greedily on the
-    evaluation year. Returns {w: (per-seed metrics, rollout info)}."""
+    evaluation year. After every checkpointed chunk the greedy policy is also scored on fixed training-year
+    episodes (the learning curve, with myopic and cloud-only on the same episodes for the gates).
+    Returns {w: (per-seed metrics, rollout info, training curves, learning curve and gates)}."""
     p: PlacementParams = w.params
     mod = _trainer(pol.kind)
     train_params = w.train_params(scenario, weights[0])
-    ck = (pol.kind, repr(pol), p.train_iterations, p.train_envs)
+    on_policy = pol.kind in ON_POLICY
+    its, envs = (p.onpolicy_iterations, p.onpolicy_envs) if on_policy else (p.train_iterations, p.train_envs)
+    ck = (pol.kind, repr(pol), its, envs)
     if ck not in _TRAINERS:
-        train = mod.make_train(ENV, train_params, pol, p.train_iterations, p.train_envs)
+        train = mod.make_train(ENV, train_params, pol, its, envs)
         n = num_chunks(train.total_steps)
         advance = functools.partial(train.advance, steps=train.total_steps // n)
         _TRAINERS[ck] = (train, n, jax.jit(jax.vmap(train.start, in_axes=(0, 0, None))),
@@ -63,10 +98,28 @@ def train_and_evaluate(w: World, scenario, pol: PlacementPolicy, seeds: np.ndarr
     keys = jax.vmap(jax.random.key)(jnp.asarray(np.tile(seeds, len(weights)), jnp.uint32))
     ws = jnp.repeat(jnp.asarray(weights, jnp.float32), len(seeds))
     ctx.progress.log(f"{scenario.name}: training {pol.name} x {len(ws)} (seeds x weights), "
-                     f"{p.train_iterations} iterations x {p.train_envs} envs, {n} checkpointed chunks")
+                     f"{train.env_steps:,} environment steps each, {n} checkpointed chunks")
+    curve_keys = jax.vmap(jax.random.key)(jnp.asarray(np.tile(seeds, len(weights)) + 20_000, jnp.uint32))
+
+    def greedy_on_train(ts):
+        out = []
+        for i, wt in enumerate(weights):
+            sl = slice(i * len(seeds), (i + 1) * len(seeds))
+            cp, starts = w.curve_params(scenario, wt)
+            pp = jax.tree.map(lambda x, sl=sl: x[sl], mod.policy_params(ts))
+            out.append(rollouts(train.act, cp, curve_keys[sl], starts, p.curve_jobs, pp)["objective"].mean((1, 2)))
+        return jnp.concatenate(out)
+
+    def chunk(ts):
+        ts, hist = advance(ts, ws, train_params)
+        return ts, {**hist, "greedy_train_objective": greedy_on_train(ts)}
+
+    chunk.eval_shape = lambda ts: jax.eval_shape(chunk, ts)  # type: ignore[attr-defined]
     ckpt = ctx.checkpointer(f"{scenario.name}-{pol.name}-w{'_'.join(f'{x:g}' for x in weights)}")
-    ts, history = run_chunked(lambda s: advance(s, ws, train_params), start(keys, ws, train_params), n, ckpt)
-    curves = jax.tree.map(lambda *h: jnp.concatenate(h, axis=1), *history)
+    ts, history = run_chunked(chunk, start(keys, ws, train_params), n, ckpt)
+    lc = np.stack([np.asarray(h["greedy_train_objective"]) for h in history], 1)  # [runs, chunks]
+    curves = jax.tree.map(lambda *h: jnp.concatenate(h, axis=1),
+                          *[{k: v for k, v in h.items() if k != "greedy_train_objective"} for h in history])
     out = {}
     for i, wt in enumerate(weights):
         sl = slice(i * len(seeds), (i + 1) * len(seeds))
@@ -74,15 +127,38 @@ def train_and_evaluate(w: World, scenario, pol: PlacementPolicy, seeds: np.ndarr
         ep, starts = w.eval_params(scenario, wt)
         eval_keys = jax.vmap(jax.random.key)(jnp.asarray(seeds + 10_000, jnp.uint32))
         info = rollouts(train.act, ep, eval_keys, starts, p.eval_jobs, pp)
-        out[wt] = (summarise(info), info, jax.tree.map(lambda x, sl=sl: np.asarray(x[sl]), curves))
+        cp, cstarts = w.curve_params(scenario, wt)
+        ref = {name: np.asarray(rollouts(_as_agent(HEURISTIC_POLICIES[name]), cp, curve_keys[sl], cstarts,
+                                         p.curve_jobs)["objective"].mean((1, 2))) for name in ("myopic", "cloud_only")}
+        last = lc[sl, -1]
+        learn = {"curve": lc[sl], "env_steps": train.env_steps, "chunk_steps": train.env_steps // n,
+                 "converged": converged(lc[sl]), "beats_trivial_on_train": last < ref["cloud_only"],
+                 "beats_myopic_on_train": last < ref["myopic"], "myopic_train_objective": ref["myopic"]}
+        out[wt] = (summarise(info), info, jax.tree.map(lambda x, sl=sl: np.asarray(x[sl]), curves), learn)
     return out
 
 
-def evaluate_heuristic(w: World, scenario, name: str, pol: PlacementPolicy, seeds: np.ndarray, wt: float):
-    act = HEURISTIC_POLICIES[pol.kind]
+def _learning_rows(name: str, learn: dict, seeds, **cond) -> list[dict]:
+    """The learning curve (greedy objective on training-year episodes after each chunk) and the gates."""
+    rows = []
+    for j in range(learn["curve"].shape[1]):
+        rows += metric_rows(name, {"greedy_train_objective": (learn["curve"][:, j], "normalised")}, seeds=seeds,
+                            env_steps=learn["chunk_steps"] * (j + 1), **cond)
+    return rows + metric_rows(name, {
+        "converged": (learn["converged"].astype(float), "0/1"),
+        "beats_trivial_on_train": (learn["beats_trivial_on_train"].astype(float), "0/1"),
+        "beats_myopic_on_train": (learn["beats_myopic_on_train"].astype(float), "0/1"),
+        "myopic_train_objective": (learn["myopic_train_objective"], "normalised"),
+        "train_env_steps": (np.full(len(seeds), float(learn["env_steps"])), "steps")}, seeds=seeds, **cond)
+
+
+def evaluate_heuristic(w: World, scenario, name: str, pol: PlacementPolicy, seeds: np.ndarray, wt: float,
+                       params=None):
+    """Greedy evaluation of a heuristic on the evaluation year (or on ``params``, e.g. a headroom variant)."""
     ep, starts = w.eval_params(scenario, wt)
+    ep = ep if params is None else params
     eval_keys = jax.vmap(jax.random.key)(jnp.asarray(seeds + 10_000, jnp.uint32))
-    info = rollouts(lambda pp, k, o, s, q: act(k, o, s, q), ep, eval_keys, starts, w.params.eval_jobs)
+    info = rollouts(_as_agent(_heuristic_act(pol)), ep, eval_keys, starts, w.params.eval_jobs)
     return summarise(info), info
 
 
@@ -108,6 +184,7 @@ def headline(ctx: RunContext):
                 rows += metric_rows(name, {"train_final_objective": (res[2]["objective"][:, -50:].mean(1),
                                                                      "normalised")}, seeds=seeds,
                                     scenario=sc.name)
+                rows += _learning_rows(name, res[3], seeds, scenario=sc.name)
                 if pol.kind == "bdq":
                     hourly[sc.name] = hourly_profile(info, w.eval_params(sc, wt)[0])
             else:
@@ -132,14 +209,49 @@ def pareto(ctx: RunContext):
     ctx.progress.start(len(ctx.policies), "policies")
     for name, pol in ctx.policies.items():
         if pol.kind in RL_KINDS:
-            for wt, (metrics, _, _) in train_and_evaluate(w, sc, pol, seeds, weights, ctx).items():
+            for wt, (metrics, _, _, learn) in train_and_evaluate(w, sc, pol, seeds, weights, ctx).items():
                 rows += _rows(name, metrics, seeds, scenario=sc.name, w_energy=wt)
+                rows += _learning_rows(name, learn, seeds, scenario=sc.name, w_energy=wt)
         else:
             for wt in weights:
                 metrics, _ = evaluate_heuristic(w, sc, name, pol, seeds, wt)
                 rows += _rows(name, metrics, seeds, scenario=sc.name, w_energy=wt)
         ctx.progress.update(note=name)
     _plot_pareto(ctx, rows, sc.name)
+    return rows
+
+
+@experiment("greenplace", "headroom", params=PlacementParams)
+def headroom(ctx: RunContext):
+    """Where can looking ahead pay? The model-based references (myopic, the look-ahead planner) against DADS and
+    Neurosurgeon in the first scenario, one knob of the scenario varied at a time (price spread, renewable
+    capacity, WAN bandwidth, load), evaluated on the evaluation year. Rows carry ``knob`` and ``knob_value``;
+    ``beats_dads_on_both`` is 1 where a policy's energy cost and mean JCT are both below DADS's (same seed)."""
+    w = world(ctx)
+    sc = ctx.params.scenarios[0]
+    seeds = ctx.seeds()
+    wt = float(ctx.params.w_energy[0])
+    base, _ = w.eval_params(sc, wt)
+    conds = [(k, float(v)) for k, vals in ctx.params.headroom.items() for v in vals]
+    ctx.progress.start(len(conds), "knob x value")
+    rows = []
+    for knob, value in conds:
+        params = vary(base, knob, value)
+        res = {name: evaluate_heuristic(w, sc, name, pol, seeds, wt, params=params)[0]
+               for name, pol in ctx.policies.items()}
+        ref = res.get("dads")
+        for name, m in res.items():
+            extra = {}
+            if ref is not None:
+                both = (m["energy_cost_usd_per_1k_jobs"] < ref["energy_cost_usd_per_1k_jobs"]) & \
+                    (m["mean_jct_s"] < ref["mean_jct_s"])
+                extra = {"beats_dads_on_both": (both.astype(float), "0/1"),
+                         "objective_vs_dads_pct": (100 * (1 - m["objective"] / ref["objective"]), "%")}
+            rows += metric_rows(name, {**{k: (m[k], METRICS[k]) for k in METRICS}, **extra}, seeds=seeds,
+                                scenario=sc.name, knob=knob, knob_value=value)
+        ctx.progress.update(note=f"{knob}={value:g}: " + ", ".join(
+            f"{n} {res[n]['objective'].mean():.3f}" for n in res))
+    _plot_headroom(ctx, rows, sc.name)
     return rows
 
 
@@ -207,6 +319,32 @@ def _plot_hourly(ctx: RunContext, hourly: dict):
         lines2 = ax2.get_legend_handles_labels()
         ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=6, loc="upper left")
     ctx.save_figure(fig, "placement_by_hour")
+
+
+def _plot_headroom(ctx: RunContext, rows, sc: str):
+    """Per knob: each policy's objective gain over DADS (%, mean and 95 % CI over seeds) against the knob value."""
+    import pandas as pd
+
+    from common.repro.stats import mean_ci
+
+    df = pd.DataFrame(rows)
+    df = df[(df.metric == "objective_vs_dads_pct") & (df.policy != "dads")]
+    knobs = list(dict.fromkeys(df["knob"]))
+    fig, axes = figure(ncols=len(knobs), w=3.6, h=3.2)
+    for ax, knob in zip(axes[0], knobs, strict=True):
+        for name, g in df[df.knob == knob].groupby("policy", sort=False):
+            xs = sorted(g["knob_value"].unique())
+            cis = [mean_ci(g[g["knob_value"] == x]["value"].to_numpy()) for x in xs]
+            m = np.array([c[0] for c in cis])
+            ax.errorbar(xs, m, yerr=[m - np.array([c[1] for c in cis]), np.array([c[2] for c in cis]) - m],
+                        marker="o", capsize=3, label=name)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xlabel(f"{knob} (x scenario value)")
+        ax.set_ylabel("objective gain over DADS (%)")
+        ax.set_title(f"{knob}, {sc}, n={df.seed.nunique()} seeds, {ctx.profile}", fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    ctx.save_figure(fig, "vs_dads")
 
 
 def _plot_pareto(ctx: RunContext, rows, sc: str):

@@ -6,7 +6,8 @@ root choice (so every sampled joint action is valid; the mask is part of the sto
 sum of the heads' entropies. GAE, the clipped surrogate, the value loss and minibatching come from
 :mod:`common.rl.ppo`. ``make_train(...)`` returns ``train(key, w_energy, env_params) -> (state, curves)`` with the
 whole loop (rollouts of ``rollout_len`` steps in ``num_envs`` environments, then ``epochs`` x ``minibatches``
-updates) in one ``lax.scan``; it uses the same number of environment steps as the DQN agents.
+updates) in one ``lax.scan``. The experiments give on-policy agents their own budget
+(``onpolicy_envs`` x ``onpolicy_iterations``): PureJaxRL-style, many environments and many steps.
 """
 
 from __future__ import annotations
@@ -88,11 +89,11 @@ def make_act(graphdef, env: Environment):
 
 
 def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations: int, num_envs: int):
+    num_updates = max(iterations // policy.rollout_len, 1)
     nvec = env.action_space(env_params).nvec
     obs_dim = env.observation_size(env_params)
     graphdef, _ = nnx.split(FactorisedActorCritic(obs_dim, nvec, nnx.Rngs(0), torso=tuple(policy.torso)))
     t_len = policy.rollout_len
-    num_updates = max(iterations // t_len, 1)
     batch = t_len * num_envs
     if batch % policy.minibatches:
         raise ValueError(f"rollout_len x num_envs = {batch} is not divisible by minibatches={policy.minibatches}")
@@ -167,6 +168,7 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
     train.start, train.advance, train.total_steps = start, advance, num_updates  # type: ignore[attr-defined]
     train.graphdef = graphdef  # type: ignore[attr-defined]
     train.act = make_act(graphdef, env)  # type: ignore[attr-defined]
+    train.env_steps = num_updates * t_len * num_envs  # type: ignore[attr-defined]
     return train
 
 

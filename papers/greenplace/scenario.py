@@ -213,3 +213,32 @@ def eval_start_hours(hours: int, episodes: int) -> np.ndarray:
     days = np.linspace(0, hours // 24 - 3, episodes).astype(int)
     return (days * 24 + (np.arange(episodes) * 24 // episodes) % 24).astype(np.int32)
 
+
+
+KNOBS = ("price_spread", "green_scale", "wan_scale", "load")
+
+
+def vary(params: EnvParams, knob: str, value: float) -> EnvParams:
+    """A variant of the scenario for the headroom sweep (``value = 1`` returns the scenario unchanged):
+
+    * ``price_spread``: each node's hourly price stretched about its yearly mean by ``value``;
+    * ``green_scale``: renewable capacity times ``value``;
+    * ``wan_scale``: edge <-> cloud bandwidth times ``value``;
+    * ``load``: job arrival rate times ``value``.
+    """
+    if knob not in KNOBS:
+        raise KeyError(f"unknown headroom knob {knob!r}; known {KNOBS}")
+    if not value >= 0 or (knob in ("wan_scale", "load") and value <= 0):
+        raise ValueError(f"{knob} must be {'> 0' if knob in ('wan_scale', 'load') else '>= 0'}, got {value}")
+    v = jnp.float32(value)
+    if knob == "price_spread":
+        mean = params.price.mean(0, keepdims=True)
+        return params.replace(price=mean + v * (params.price - mean))
+    if knob == "green_scale":
+        return params.replace(green_kw=params.green_kw * v)
+    if knob == "load":
+        return params.replace(rate=params.rate * v)
+    n = params.dev.shape[0]
+    is_cloud = jnp.arange(n) == params.cloud
+    wan = is_cloud[:, None] != is_cloud[None, :]
+    return params.replace(bw=jnp.where(wan, params.bw * v, params.bw))

@@ -11,7 +11,8 @@ from common.repro.schema import BaseHardware, BasePolicy, register_schema
 
 MODELS = ("alexnet", "vgg16", "resnet18", "mobilenet_v1")
 HEURISTICS = ("cloud_only", "edge_only", "random", "neurosurgeon", "dads", "greedy_cheapest", "greedy_greenest",
-              "myopic")
+              "myopic", "lookahead")
+AGENTS = ("bdq", "flat_dqn", "ppo", "ppo_scorer")
 
 
 def _positive(where: str, **values: float) -> None:
@@ -84,7 +85,7 @@ class EdgeCloudHardware(BaseHardware):
 
 @dataclass
 class PlacementPolicy(BasePolicy):
-    """A placement policy. ``kind`` is a heuristic (``HEURISTICS``) or an agent: bdq, flat_dqn, ppo."""
+    """A placement policy. ``kind`` is a heuristic (``HEURISTICS``) or an agent (``AGENTS``)."""
 
     kind: str = MISSING
     # DQN family (bdq, flat_dqn)
@@ -109,13 +110,25 @@ class PlacementPolicy(BasePolicy):
     gae_lambda: float = 0.95
     ent_coef: float = 0.01
     vf_coef: float = 0.5
+    # ppo_scorer: candidate actions scored, behaviour-cloning warm start onto myopic
+    top_k: int = 16
+    bc_steps: int = 0
+    bc_lr: float = 1e-3
+    # lookahead planner: candidates tried, sampled futures per candidate, future jobs per future
+    plan_candidates: int = 4
+    plan_rollouts: int = 4
+    plan_horizon: int = 4
 
     def __post_init__(self) -> None:
-        if self.kind not in (*HEURISTICS, "bdq", "flat_dqn", "ppo"):
+        if self.kind not in (*HEURISTICS, *AGENTS):
             raise ValueError(f"policy {self.name!r}: unknown kind {self.kind!r}")
         _positive(f"policy {self.name!r}", lr=self.lr, batch_size=self.batch_size, buffer_size=self.buffer_size,
                   target_period=self.target_period, rollout_len=self.rollout_len, epochs=self.epochs,
-                  minibatches=self.minibatches)
+                  minibatches=self.minibatches, top_k=self.top_k, bc_lr=self.bc_lr,
+                  plan_candidates=self.plan_candidates, plan_rollouts=self.plan_rollouts,
+                  plan_horizon=self.plan_horizon)
+        if self.bc_steps < 0:
+            raise ValueError(f"policy {self.name!r}: bc_steps must be >= 0")
         if not 0 <= self.gamma < 1:
             raise ValueError(f"policy {self.name!r}: gamma must be in [0, 1), got {self.gamma}")
         if not 0 <= self.eps_end <= self.eps_start <= 1:
@@ -148,11 +161,16 @@ class PlacementParams:
     reward_clip: float = 10.0
     reject_penalty: float = 5.0
     episode_jobs: int = 256
-    train_iterations: int = 2000
+    train_iterations: int = 2000  # replay agents (bdq, flat_dqn): iterations x environments
     train_envs: int = 16
+    onpolicy_iterations: int = 2048  # on-policy agents (ppo, ppo_scorer): steps per environment (PureJaxRL-style)
+    onpolicy_envs: int = 256
     eval_episodes: int = 24
     eval_jobs: int = 512
+    curve_episodes: int = 8  # training-year episodes scoring the learning curve and the training gates
+    curve_jobs: int = 256
     latency_seed: int = 0  # split of the latency tables into fit / held-out rows
+    headroom: dict[str, list[float]] = field(default_factory=dict)  # knob -> values (scenario.KNOBS)
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.models if m not in MODELS]
@@ -166,10 +184,16 @@ class PlacementParams:
         if not all(0.0 <= w <= 1.0 for w in self.w_energy) or not self.w_energy:
             raise ValueError(f"w_energy values must be in [0, 1], got {self.w_energy}")
         _positive("params", jobs_per_hour=self.jobs_per_hour,
-                  episode_jobs=self.episode_jobs, train_envs=self.train_envs, eval_episodes=self.eval_episodes,
-                  eval_jobs=self.eval_jobs, reward_clip=self.reward_clip)
+                  episode_jobs=self.episode_jobs, train_envs=self.train_envs,
+                  onpolicy_iterations=self.onpolicy_iterations, onpolicy_envs=self.onpolicy_envs,
+                  eval_episodes=self.eval_episodes,
+                  eval_jobs=self.eval_jobs, reward_clip=self.reward_clip, curve_episodes=self.curve_episodes,
+                  curve_jobs=self.curve_jobs)
         if self.train_iterations < 0:
             raise ValueError("train_iterations must be >= 0")
+        bad = [k for k in self.headroom if k not in ("price_spread", "green_scale", "wan_scale", "load")]
+        if bad:
+            raise ValueError(f"unknown headroom knobs {bad}; known price_spread, green_scale, wan_scale, load")
         if self.train_year == self.eval_year:
             raise ValueError("train_year and eval_year must differ (evaluation is on unseen data)")
 

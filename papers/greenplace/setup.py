@@ -35,6 +35,12 @@ class World:
                        w_energy, self.params.eval_jobs)
         return p, eval_start_hours(int(p.price.shape[0]), self.params.eval_episodes)
 
+    def curve_params(self, scenario: Scenario, w_energy: float) -> tuple[EnvParams, np.ndarray]:
+        """Fixed *training-year* episodes on which the learning curve and the training gates are scored."""
+        p = env_params(self.hardware, self.traces, self.tables, self.params, scenario, self.params.train_year,
+                       w_energy, self.params.curve_jobs)
+        return p, eval_start_hours(int(p.price.shape[0]), self.params.curve_episodes)
+
 
 _WORLDS: dict[tuple, World] = {}
 

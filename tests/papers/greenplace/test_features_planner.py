@@ -1,0 +1,167 @@
+"""Per-action features equal what myopic computes; the look-ahead planner beats myopic where it must; the scenario
+knobs of the headroom sweep; the action-scoring agent's warm start; the convergence gate."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from common.rl.env import flatten_action
+from papers.greenplace.baselines import make_lookahead, myopic, random_policy
+from papers.greenplace.env import PlacementEnv, objective, place
+from papers.greenplace.experiments import converged
+from papers.greenplace.features import FEATURES, OBJECTIVE, action_features, all_actions, candidates, valid_actions
+from papers.greenplace.scenario import vary
+from tests.papers.greenplace.tiny import T, tiny_params
+
+ENV = PlacementEnv()
+
+
+def _visited_states(params, n=12, seed=0):
+    """States met along a random-policy trajectory (queues, warm functions and hours vary)."""
+    obs, state = ENV.reset(jax.random.key(seed), params)
+    out = []
+    for k in jax.random.split(jax.random.key(seed + 1), n):
+        out.append(state)
+        ka, ks = jax.random.split(k)
+        obs, state, *_ = ENV.step(ks, state, random_policy(ka, obs, state, params), params)
+    return out
+
+
+def test_features_are_the_model_predictions_myopic_minimises():
+    p = tiny_params(rate=jnp.full(T, 2.0, jnp.float32), cold_start_s=jnp.float32(0.5))
+    acts = all_actions(p)
+    for state in _visited_states(p):
+        f = np.asarray(action_features(state, p))
+        valid = np.asarray(valid_actions(state, p))
+        assert f.shape == (acts.shape[0], len(FEATURES) + 2)
+        for i in np.flatnonzero(valid):
+            out = place(state, p, acts[i])
+            assert f[i, OBJECTIVE] == pytest.approx(float(objective(out, p)), rel=1e-6)
+            # the reward of the step is exactly -(w * cost + (1 - w) * jct) of the features
+            _, _, r, _, _ = ENV.step(jax.random.key(0), state, acts[i], p)
+            assert float(r) == pytest.approx(-(0.5 * f[i, 0] + 0.5 * f[i, 1]), rel=1e-5)
+        assert not f[~valid].any()
+        best = int(flatten_action(myopic(None, None, state, p), ENV.action_space(p).nvec))
+        assert best == int(np.flatnonzero(valid)[np.argmin(f[valid, OBJECTIVE])])
+
+
+def test_queue_and_occupancy_features_by_hand():
+    p = tiny_params()  # t_norm = 1 s; 10 frames; edge 0.1 s / frame for the whole model, cloud 0.01 s
+    _, state = ENV.reset(jax.random.key(0), p)
+    state = state.replace(t=jnp.float32(5.0), free_at=jnp.array([[8.0, 0.0], [0.0, 0.0]], jnp.float32),
+                          batch=jnp.float32(10.0))
+    f = np.asarray(action_features(state, p))
+    nvec = ENV.action_space(p).nvec
+    at = lambda c, a, b: f[int(flatten_action(jnp.array([c, a, b]), nvec))]  # noqa: E731
+    edge, cloud = at(2, 0, 0), at(0, 0, 1)  # whole model on the edge site / on the cloud
+    q = FEATURES.index("queue")
+    assert edge[q] == pytest.approx(3.0) and cloud[q] == pytest.approx(0.0)  # the edge lane is busy until t = 8
+    occ = len(FEATURES)
+    assert edge[occ] == pytest.approx(10 * 0.1) and edge[occ + 1] == 0.0  # 10 frames x 0.1 s on the edge lane
+    # the cloud lane is held until the last frame is done: frames arrive every 0.015 s (1.5e5 B at 1e7 B/s), so
+    # the stage ends at 10 x 0.015 + 0.01 s, not after 10 x 0.01 s of compute
+    assert cloud[occ] == 0.0 and cloud[occ + 1] == pytest.approx(10 * 0.015 + 0.01, rel=1e-4)
+    assert cloud[FEATURES.index("cloud_work")] == 1.0 and edge[FEATURES.index("cloud_work")] == 0.0
+
+
+def test_candidates_are_the_k_best_valid_actions_in_order():
+    p = tiny_params()
+    _, state = ENV.reset(jax.random.key(3), p)
+    f = np.asarray(action_features(state, p))
+    valid = np.asarray(valid_actions(state, p))
+    idx, feats, ok = (np.asarray(x) for x in candidates(state, p, 3))
+    assert ok.all() and (np.diff(feats[:, OBJECTIVE]) >= 0).all()
+    np.testing.assert_array_equal(feats, f[idx])
+    assert feats[-1, OBJECTIVE] <= np.sort(f[valid, OBJECTIVE])[2]
+    idx, _, ok = (np.asarray(x) for x in candidates(state, p, 40))  # more than the valid actions
+    assert ok.sum() == valid.sum() and set(idx[ok]) == set(np.flatnonzero(valid))
+
+
+def _trap_params():
+    """Two models, one cloud lane, jobs every ~10 ms, JCT only. Model 0 runs almost as fast on the edge site
+    (0.55 s) as on the cloud (0.5 s); model 1 (99 % of arrivals) needs the cloud (10 s on the edge). Myopic sends
+    a model-0 job to the cloud and the next job queues behind it; looking ahead keeps the cloud free."""
+    f = jnp.asarray
+    lat = lambda e, c: f([[[0.0, 0.0], [0.0, 0.0], [e, c]]], jnp.float32)  # noqa: E731
+    back = lambda e, c: f([[[e, c], [0.0, 0.0], [0.0, 0.0]]], jnp.float32)  # noqa: E731
+    two = lambda x: jnp.concatenate([x, x])  # noqa: E731
+    base = tiny_params()
+    return tiny_params(
+        rate=jnp.full(T, 100.0, jnp.float32), w_energy=jnp.float32(0.0), lane_ok=jnp.array([[True, False]] * 2),
+        bw=jnp.full((2, 2), 1e12, jnp.float32), model_probs=f([0.01, 0.99], jnp.float32),
+        in_bytes=two(base.in_bytes), out_bytes=two(base.out_bytes),
+        cand_ok=jnp.array([[True, False, True]] * 2), front_empty=two(base.front_empty),
+        back_empty=two(base.back_empty), is_prefix=two(base.is_prefix),
+        front_lat=jnp.concatenate([lat(0.055, 0.05), lat(1.0, 0.05)]),
+        back_lat=jnp.concatenate([back(0.055, 0.05), back(1.0, 0.05)]),
+        cross_bytes=two(base.cross_bytes), front_mem=two(base.front_mem), back_mem=two(base.back_mem),
+        front_params=two(base.front_params), back_params=two(base.back_params), front_frac=two(base.front_frac),
+        all_front=f([2, 2], jnp.int32), dads_cut=f([[1, 1], [1, 1]], jnp.int32))
+
+
+def test_lookahead_keeps_the_cloud_free_where_myopic_does_not():
+    p = _trap_params()
+    _, state = ENV.reset(jax.random.key(0), p)
+    state = state.replace(model=jnp.int32(0), batch=jnp.float32(10.0))
+
+    def on_cloud(a):
+        c, front, back = (int(x) for x in a)
+        return (c == 0 and back == 1) or (c == 2 and front == 1)
+
+    assert on_cloud(myopic(None, None, state, p))
+    plan = make_lookahead(4, 4, 2, 0.9)
+    assert not on_cloud(jax.jit(plan)(jax.random.key(1), None, state, p))
+    assert make_lookahead(4, 4, 2, 0.9) is plan  # cached: one compilation per setting
+    # with no future (horizon 0 is not allowed; a zero discount is the same) the planner is myopic
+    assert on_cloud(jax.jit(make_lookahead(4, 4, 2, 0.0))(jax.random.key(1), None, state, p))
+
+
+def test_headroom_knobs():
+    p = tiny_params(price=jnp.asarray(np.tile(np.linspace(0.0, 0.2, T)[:, None], (1, 2)), jnp.float32),
+                    green_kw=jnp.full((T, 2), 0.01, jnp.float32))
+    same = vary(p, "price_spread", 1.0)
+    np.testing.assert_allclose(same.price, p.price, rtol=1e-6)
+    wide = vary(p, "price_spread", 2.0)
+    np.testing.assert_allclose(np.asarray(wide.price).mean(0), np.asarray(p.price).mean(0), rtol=1e-5)
+    np.testing.assert_allclose(np.ptp(np.asarray(wide.price), 0), 2 * np.ptp(np.asarray(p.price), 0), rtol=1e-5)
+    assert float(vary(p, "green_scale", 0.0).green_kw.max()) == 0.0
+    np.testing.assert_allclose(vary(p, "load", 1.5).rate, 1.5 * np.asarray(p.rate))
+    bw = np.asarray(vary(p, "wan_scale", 0.5).bw)
+    np.testing.assert_allclose(bw[0, 1], 0.5 * float(p.bw[0, 1]))
+    np.testing.assert_allclose(bw[0, 0], float(p.bw[0, 0]))  # the diagonal (no edge <-> cloud link) is unchanged
+    with pytest.raises(KeyError, match="unknown headroom knob"):
+        vary(p, "pue", 1.0)
+    with pytest.raises(ValueError, match="load must be > 0"):
+        vary(p, "load", 0.0)
+
+
+def test_converged_gate_known_answers():
+    curve = np.array([
+        [2.0, 1.5, 1.20, 1.19],  # flat at the end, at its best: converged
+        [2.0, 1.5, 1.20, 1.10],  # still falling by 8 %: not converged
+        [2.0, 1.0, 1.00, 1.50],  # collapsed after its best: not converged
+        [2.0, 1.0, 1.02, 1.02],  # within 3 % of its best and flat: converged
+    ])
+    np.testing.assert_array_equal(converged(curve), [True, False, False, True])
+    assert not converged(np.array([[1.0]])).any()  # one chunk cannot show convergence
+
+
+@pytest.mark.slow
+def test_scorer_warm_start_reproduces_myopic():
+    from papers.greenplace import scorer_agent
+    from papers.greenplace.schemas import PlacementPolicy
+
+    p = tiny_params(rate=jnp.full(T, 1.0, jnp.float32), cold_start_s=jnp.float32(0.5), episode_jobs=32)
+    pol = PlacementPolicy(name="s", kind="ppo_scorer", rollout_len=8, epochs=1, minibatches=2, head_hidden=32,
+                          top_k=4, bc_steps=300, bc_lr=3e-3)
+    train = scorer_agent.make_train(ENV, p, pol, iterations=16, num_envs=8)
+    ts = jax.jit(train.start)(jax.random.key(0), 0.5, p)
+    act = jax.jit(train.act)
+    agree = [bool((act(ts.params, None, ENV.get_obs(s, p), s, p) == myopic(None, None, s, p)).all())
+             for s in _visited_states(p, n=40, seed=5)]
+    assert np.mean(agree) >= 0.9, np.mean(agree)
+    ts, curves = jax.jit(train.advance)(ts, 0.5, p)  # two PPO updates run and stay finite
+    assert np.isfinite(np.asarray(curves["loss"])).all() and train.env_steps == 2 * 8 * 8
