@@ -80,11 +80,18 @@ def _fits(state: EnvState, params: EnvParams, s, r):
     return params.cand_ok[m] & ok_f & ok_b
 
 
+def _site_cloud(state: EnvState, params: EnvParams, c) -> jax.Array:
+    """Cut ``c`` between the job's site (front) and the cloud (back). An empty segment's node is the site (the
+    environment pins it there): a cut that keeps every layer in front runs the whole model at the site."""
+    s = state.site
+    return _act(c, s, jnp.where(params.back_empty[state.model, c], s, params.cloud))
+
+
 def neurosurgeon(key, obs, state: EnvState, params: EnvParams):
     s, r = state.site, params.cloud
     t_e, tx, t_c = _per_frame_stages(state, params, s, r)
     ok = _fits(state, params, s, r) & params.is_prefix[state.model]
-    return _act(masked_argmax(-(t_e + tx + t_c), ok), s, r)
+    return _site_cloud(state, params, masked_argmax(-(t_e + tx + t_c), ok))
 
 
 def dads(key, obs, state: EnvState, params: EnvParams):
@@ -99,7 +106,7 @@ def dads(key, obs, state: EnvState, params: EnvParams):
     # load test: the job's B frames are all present at arrival; the predicted pipeline time of each mode is
     # sum of stages + (B - 1) x slowest stage, and DADS runs the mode that finishes the job first
     total = t_e + tx + t_c + (state.batch - 1.0) * bottleneck
-    return _act(jnp.where(total[dsl_best] <= total[dsh], dsl_best, dsh), s, r)
+    return _site_cloud(state, params, jnp.where(total[dsl_best] <= total[dsh], dsl_best, dsh))
 
 
 def _best_by(score_fn):

@@ -165,3 +165,16 @@ def test_scorer_warm_start_reproduces_myopic():
     assert np.mean(agree) >= 0.9, np.mean(agree)
     ts, curves = jax.jit(train.advance)(ts, 0.5, p)  # two PPO updates run and stay finite
     assert np.isfinite(np.asarray(curves["loss"])).all() and train.env_steps == 2 * 8 * 8
+
+
+def test_partitioners_run_an_all_front_cut_at_the_site():
+    """On a slow WAN the latency-optimal cut keeps every layer in front; Neurosurgeon and DADS must then place
+    the (empty) back segment at the site, as the environment requires, not on the cloud (a rejected job)."""
+    from papers.greenplace.baselines import dads, neurosurgeon
+
+    p = tiny_params(bw=jnp.full((2, 2), 1e3, jnp.float32))  # 1 kB/s: any transfer costs minutes
+    _, state = ENV.reset(jax.random.key(0), p)
+    for policy in (neurosurgeon, dads):
+        a = policy(None, None, state, p)
+        assert [int(x) for x in a] == [2, 0, 0]  # all in front, at the site
+        assert bool(ENV.placeable(state, p, a))
