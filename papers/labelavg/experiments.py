@@ -25,6 +25,24 @@ from papers.labelavg.schemas import AccuracyParams, AttackParams, FDSchedule
 # the trace column of every row; the CIFAR-10 copy is lossy JPEG (quality ~75), and says so
 TRACE = {"mnist": "mnist", "fashion_mnist": "fashion_mnist", "cifar10_jpeg": "cifar10_jpeg_q75"}
 
+# The `plateaued` gate, fixed (2026-12-05) before any run of this schedule: over the last quarter of the rounds
+# the seed-mean accuracy curve of a (method, alpha) condition gained less than 2 percentage points.
+PLATEAU_TOL = 0.02
+
+
+def last_quarter_gain(curve: np.ndarray) -> np.ndarray:
+    """``curve [..., R]`` -> accuracy gained over the last ``max(1, R // 4)`` rounds (``[...]``; 0 if R = 1)."""
+    r = curve.shape[-1]
+    q = min(max(1, r // 4), r - 1)
+    return curve[..., -1] - curve[..., -1 - q]
+
+
+def plateaued(curves: np.ndarray, tol: float = PLATEAU_TOL) -> bool:
+    """The gate: ``curves [S, R]`` (one per seed) -> did the seed-mean curve gain less than ``tol`` at the end?"""
+    if curves.ndim != 2 or curves.shape[1] < 2:
+        raise ValueError(f"need curves [seeds, rounds >= 2], got shape {curves.shape}")
+    return bool(last_quarter_gain(curves.mean(0)) < tol)
+
 
 @dataclass(frozen=True)
 class FDData:
@@ -84,7 +102,8 @@ def accuracy(ctx: RunContext):
     for ds in todo:
         data = load_fd_data(ds, ctx.data_dir, sched)
         for name, pol in ctx.policies.items():
-            fed = make_federation(hw.client_archs(pol.method), data.in_shape, data.num_classes, REGISTRY)
+            fed = make_federation(hw.client_archs(pol.method, pol.homogeneous), data.in_shape, data.num_classes,
+                                  REGISTRY)
             led = traffic(fed, pol, sched, data.num_classes, _shapes(data.arrays), data.y_private.size)
             # every (alpha, seed) pair is one row of a single vmapped run: one compile per dataset and method
             splits = [client_splits(data.y_private, hw.num_clients, a, seeds, sched.min_per_client) for a in p.alphas]
@@ -99,6 +118,8 @@ def accuracy(ctx: RunContext):
                     "test_acc_worst_client": (acc.min(1), "fraction"),
                     "upload_bytes_per_client_round": (np.full(len(seeds), led.per_client_round("up")), "B"),
                     "download_bytes_per_client_round": (np.full(len(seeds), led.per_client_round("down")), "B"),
+                    "last_quarter_gain": (last_quarter_gain(curve), "fraction"),
+                    "plateaued": (np.full(len(seeds), float(plateaued(curve))), "0/1"),
                 }, seeds=seeds, **cond)
                 for r in range(curve.shape[1]):
                     rows += metric_rows(name, {"curve_test_acc": (curve[:, r], "fraction")}, seeds=seeds, **cond,
@@ -163,13 +184,18 @@ def attack(ctx: RunContext):
     rows, figure = [], {}
     ctx.progress.start(len(ctx.policies) * len(acfg.attackers))
     for name, pol in ctx.policies.items():
-        fed = make_federation(hw.client_archs(pol.method), data.in_shape, data.num_classes, REGISTRY)
+        fed = make_federation(hw.client_archs(pol.method, pol.homogeneous), data.in_shape, data.num_classes,
+                              REGISTRY)
         out = run_federation(fed, pol, sched, data, keys, idx, counts)
+        curve = np.asarray(out["curve"])
         gi = next(i for i, g in enumerate(fed.groups) if tgt in g.client_ids)
         pos = fed.groups[gi].client_ids.index(tgt)
         target_params = jax.tree.map(lambda a, pos=pos: a[:, pos], out["params"][gi])
         base = {"trace": TRACE[p.dataset], "alpha": float(p.alpha), "target_arch": fed.archs[tgt]}
         rows += metric_rows(name, {"target_test_acc": (np.asarray(out["acc"])[:, tgt], "fraction"),
+                                   "federation_test_acc": (np.asarray(out["acc"]).mean(1), "fraction"),
+                                   "last_quarter_gain": (last_quarter_gain(curve), "fraction"),
+                                   "plateaued": (np.full(len(seeds), float(plateaued(curve))), "0/1"),
                                    "evaluator_acc": (ev_acc, "fraction")}, seeds=seeds, **base, attacker="none")
         for attacker in acfg.attackers:
             setup = AttackSetup(pol.method, attacker, data.in_shape, data.num_classes, tuple(mean.tolist()),

@@ -14,6 +14,13 @@ Round of an FD method (``order=train_first``; FedMD's ``distill_first`` moves th
 FedAvg / FedDF: local update, upload parameters, (per-architecture) averaging, FedDF's server-side ensemble
 distillation on the public batch, download of the group model (client optimiser states are reset).
 
+References (no communication): ``local`` trains ``local_steps`` per round on the client's own pool; ``central``
+does the same on the pooled private data of all clients (an upper bound a federation could approach).
+
+Budgets are step-matched: before round 1 every method trains ``warmup_steps`` on its private pool (FedMD's
+labelled-public phase, ``pretrain_public_steps``, comes on top, and only in the ``fedmd`` policy); every round
+then has ``local_steps`` private steps (+ ``distill_steps`` public steps for the FD methods).
+
 Every payload goes through a :class:`common.fl.comm.Ledger`; :func:`traffic` traces one round with
 ``jax.eval_shape`` and returns its exact messages, so the byte counts are those of the code that runs.
 """
@@ -109,7 +116,21 @@ def make_round(fed: Federation, policy: FDPolicy, sched: FDSchedule, num_classes
                       for g, m in zip(fed.groups, models, strict=True))
         return new_p, tuple(init_opt(tx, p) for p in new_p)
 
-    return fd_round if method in M.FD_METHODS else param_round
+    def reference_round(ledger, params, opts, key, data, idx, counts):
+        return local(params, opts, key, data, idx, counts, sched.local_steps)
+
+    if method in M.FD_METHODS:
+        return fd_round
+    return param_round if method in M.PARAM_METHODS else reference_round
+
+
+def pooled(idx: jax.Array, counts: jax.Array, num_private: int) -> tuple[jax.Array, jax.Array]:
+    """Every client's pool replaced by all ``num_private`` private samples (the ``central`` reference)."""
+    k, m = idx.shape
+    if m < num_private:
+        raise ValueError(f"idx has {m} columns, fewer than the {num_private} private samples to pool")
+    full = jnp.broadcast_to(jnp.arange(m, dtype=idx.dtype) % num_private, (k, m))
+    return full, jnp.full_like(counts, num_private)
 
 
 def make_train(fed: Federation, policy: FDPolicy, sched: FDSchedule, num_classes: int) -> Callable:
@@ -132,6 +153,8 @@ def make_train(fed: Federation, policy: FDPolicy, sched: FDSchedule, num_classes
         return jnp.concatenate([evaluate(g.apply, p, x, y) for g, p in zip(fed.groups, params, strict=True)])
 
     def train(key: jax.Array, idx: jax.Array, counts: jax.Array, data: Data) -> dict[str, Any]:
+        if policy.method == "central":
+            idx, counts = pooled(idx, counts, data["x_train"].shape[0])
         k_init, k_pre, k_warm, k_rounds = jax.random.split(key, 4)
         params = init_params(fed, k_init)
         if param_sharing:  # one common initial model per architecture
@@ -143,9 +166,9 @@ def make_train(fed: Federation, policy: FDPolicy, sched: FDSchedule, num_classes
             pidx = jnp.broadcast_to(jnp.arange(n_pub, dtype=jnp.int32), (fed.num_clients, n_pub))
             params, opts = local(params, opts, k_pre, data["x_pub"], data["y_pub"], pidx,
                                  jnp.full((fed.num_clients,), n_pub, jnp.int32), policy.pretrain_public_steps)
-        if policy.pretrain_private_steps > 0:  # FedMD transfer learning, 2: the private data
+        if sched.warmup_steps > 0:  # every method (FedMD's transfer learning, 2: the private data)
             params, opts = local(params, opts, k_warm, data["x_train"], data["y_train"], idx, counts,
-                                 policy.pretrain_private_steps)
+                                 sched.warmup_steps)
 
         xc, yc = data["x_test"][: sched.curve_n_test], data["y_test"][: sched.curve_n_test]
 

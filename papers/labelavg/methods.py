@@ -10,6 +10,9 @@ method         client -> server      server                                     
 ``feddf``      parameters            FedAvg per architecture, then server-side        (receives group model)
                                      distillation toward the clients' mean logits
 ``fedavg``     parameters            weighted parameter mean                          (receives global model)
+``local``      nothing               -- (reference: local-only training)              --
+``central``    (all private data)    -- (reference: every client trains on the        --
+                                     pooled private data, an upper bound)
 =============  ====================  ===============================================  =========================
 
 Everything here is pure jnp; payloads carry a leading client axis ``[k, ...]`` (one architecture group).
@@ -24,7 +27,8 @@ from common.fl.comm import bits_for, pack_uint, unpack_uint
 
 FD_METHODS = ("labelavg", "dsfl", "fedmd")
 PARAM_METHODS = ("feddf", "fedavg")
-METHODS = FD_METHODS + PARAM_METHODS
+REFERENCE_METHODS = ("local", "central")  # no communication; the lower and upper references of a federation
+METHODS = FD_METHODS + PARAM_METHODS + REFERENCE_METHODS
 UPLOAD_KIND = {"labelavg": "hard_labels", "dsfl": "soft_labels", "fedmd": "logits", "feddf": "params",
                "fedavg": "params"}
 DOWNLOAD_KIND = {"labelavg": "label_votes", "dsfl": "consensus", "fedmd": "consensus", "feddf": "params",

@@ -18,7 +18,8 @@ ATTACKERS = ("init", "zo", "sign", "whitebox")
 class FederationHardware(BaseHardware):
     """The simulated federation: ``num_clients`` clients whose architectures cycle through ``archs``.
 
-    FedAvg (parameter averaging) needs one architecture, so it always runs ``homogeneous_arch`` on every client.
+    FedAvg (parameter averaging) needs one architecture, so it always runs ``homogeneous_arch`` on every client;
+    a policy with ``homogeneous: true`` (e.g. ``labelavg_mlp``) does the same, for same-architecture comparisons.
     """
 
     kind: str = "federation"
@@ -33,8 +34,8 @@ class FederationHardware(BaseHardware):
         if bad or not self.archs:
             raise ValueError(f"archs must be non-empty names from {sorted(REGISTRY)}, got {bad or self.archs}")
 
-    def client_archs(self, method: str) -> list[str]:
-        if method == "fedavg":
+    def client_archs(self, method: str, homogeneous: bool = False) -> list[str]:
+        if method == "fedavg" or homogeneous:
             return [self.homogeneous_arch] * self.num_clients
         return [self.archs[k % len(self.archs)] for k in range(self.num_clients)]
 
@@ -48,8 +49,9 @@ class FDPolicy(BasePolicy):
     temperature: client distillation temperature (soft cross-entropy methods).
     epsilon, smoothing_rule: LabelAvg's voting-based label smoothing (see methods.vote_targets).
     era_temperature: DS-FL's entropy-reduction aggregation temperature.
-    pretrain_public_steps, pretrain_private_steps: FedMD's transfer-learning phase before round 1, first on the
-      *labelled* public set (FedMD assumes one), then on the private data.
+    pretrain_public_steps: FedMD's first transfer-learning phase: steps on the *labelled* public set before the
+      warm-up (FedMD assumes one; extra information no other method gets; ``fedmd_unlabelled`` sets it to 0).
+    homogeneous: run every client on the hardware's ``homogeneous_arch`` (FedAvg always does).
     server_steps, server_lr, server_temperature: FedDF's server-side ensemble distillation.
     """
 
@@ -60,7 +62,7 @@ class FDPolicy(BasePolicy):
     smoothing_rule: str = "vote_share"
     era_temperature: float = 0.1
     pretrain_public_steps: int = 0
-    pretrain_private_steps: int = 0
+    homogeneous: bool = False
     server_steps: int = 0
     server_lr: float = 1e-3
     server_temperature: float = 1.0
@@ -77,7 +79,7 @@ class FDPolicy(BasePolicy):
         for name in ("temperature", "era_temperature", "server_temperature", "server_lr"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if min(self.pretrain_public_steps, self.pretrain_private_steps, self.server_steps) < 0:
+        if min(self.pretrain_public_steps, self.server_steps) < 0:
             raise ValueError("step counts must be >= 0")
 
 
@@ -89,6 +91,7 @@ class FDSchedule:
     n_public: int = 2000  # carved from it; labels dropped (FedMD's transfer phase excepted)
     n_test: int = 1000
     public_batch: int = 320  # public samples scored per round (P)
+    warmup_steps: int = 50  # private minibatch steps before round 1, the same for every method
     rounds: int = 10
     local_steps: int = 10  # private minibatch steps per round
     distill_steps: int = 10  # public minibatch steps per round
@@ -102,6 +105,8 @@ class FDSchedule:
             raise ValueError(f"need 0 < n_public < n_train, got {self.n_public}, {self.n_train}")
         if not 0 < self.public_batch <= self.n_public:
             raise ValueError(f"public_batch must be in (0, n_public], got {self.public_batch}")
+        if min(self.warmup_steps, self.local_steps, self.distill_steps) < 0:
+            raise ValueError("warmup_steps, local_steps and distill_steps must be >= 0")
         for name in ("n_test", "rounds", "batch_size", "curve_n_test"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -13,7 +13,9 @@ from common.fl.comm import bits_for, packed_size
 from common.fl.partition import dirichlet_partition, pad_partitions
 from common.models.small import num_params
 from papers.labelavg import methods as M
-from papers.labelavg.fd import make_round, make_train, traffic
+from papers.labelavg import fd as FD
+from papers.labelavg.experiments import last_quarter_gain, plateaued
+from papers.labelavg.fd import make_round, make_train, pooled, traffic
 from papers.labelavg.models import REGISTRY
 from papers.labelavg.schemas import FDPolicy, FDSchedule
 
@@ -42,6 +44,9 @@ def policy(method, **kw):
     return FDPolicy(name=method, method=method, order=order, server_steps=5 if method == "feddf" else 0, **kw)
 
 
+FEDMD_LABELLED = dict(pretrain_public_steps=7)
+
+
 def fed_for(method):
     archs = ["mlp"] * K if method == "fedavg" else ["mlp", "conv_s2"] * (K // 2)
     return make_federation(archs, SHAPE, C, REGISTRY)
@@ -68,6 +73,8 @@ def test_what_crosses_the_boundary(method):
         votes = packed_size(P * C, bits_for(K + 1))
         assert led.bytes("down", client=0) == P * 4 + (votes if method == "labelavg" else P * C * 4)
         assert down == {"public_indices", M.DOWNLOAD_KIND[method]}
+    elif method in M.REFERENCE_METHODS:
+        assert up == down == set() and led.per_client_round("up") == led.per_client_round("down") == 0
     else:
         assert up == down == {"params"}
         sizes = {g.arch: 4 * num_params(REGISTRY[g.arch](SHAPE, C, rngs=nnx.Rngs(0)))
@@ -138,3 +145,55 @@ def test_round_rejects_nothing_silently():
     with pytest.raises(ValueError, match="public_batch"):
         FDSchedule(n_train=100, n_public=10, public_batch=20)
     assert callable(make_round(fed_for("dsfl"), policy("dsfl"), SCHED, C))
+
+
+@pytest.mark.parametrize("method", M.METHODS)
+def test_every_method_gets_the_same_private_step_budget(method, monkeypatch):
+    """Warm-up and per-round private steps are the schedule's, for every method; only FedMD's own policy adds
+    labelled public steps (its published protocol), and ``fedmd`` without them is information-matched."""
+    calls = []
+    real = FD.local_train
+
+    def spy(apply, tx, params, opt, key, x, y, idx, counts, *, steps, batch_size):
+        calls.append(("public" if x.shape[0] == 100 else "private", steps))
+        return real(apply, tx, params, opt, key, x, y, idx, counts, steps=steps, batch_size=batch_size)
+
+    monkeypatch.setattr(FD, "local_train", spy)
+    sched = FDSchedule(**{**SCHED.__dict__, "warmup_steps": 11})
+    data = toy_data()
+    idx, counts = _splits(data, [0])
+    for pol in [policy(method)] + ([policy(method, **FEDMD_LABELLED)] if method == "fedmd" else []):
+        calls.clear()
+        jax.eval_shape(make_train(fed_for(method), pol, sched, C), jax.random.key(0), idx[0], counts[0], data)
+        groups = len(fed_for(method).groups)
+        expect = [("private", 11)] * groups + [("private", SCHED.local_steps)] * groups  # warm-up, one round
+        if pol.pretrain_public_steps:
+            expect = [("public", 7)] * groups + expect
+        assert calls == expect
+
+
+def test_central_reference_pools_every_private_sample_and_beats_local_on_skewed_splits():
+    idx = jnp.asarray([[3, 1, 0, 0], [2, 0, 0, 0]], jnp.int32)
+    full, n = pooled(idx, jnp.asarray([2, 1], jnp.int32), 4)
+    np.testing.assert_array_equal(full, [[0, 1, 2, 3], [0, 1, 2, 3]])
+    np.testing.assert_array_equal(n, [4, 4])
+    with pytest.raises(ValueError, match="fewer than"):
+        pooled(idx, jnp.asarray([2, 1], jnp.int32), 5)
+    data = toy_data()
+    idx, counts = _splits(data, [0], alpha=0.05)  # nearly one class per client
+    acc = {m: float(jax.jit(make_train(fed_for(m), policy(m), SCHED, C))(jax.random.key(0), idx[0], counts[0],
+                                                                          data)["acc"].mean())
+           for m in ("local", "central")}
+    assert acc["central"] > 0.9 and acc["central"] > acc["local"] + 0.2
+
+
+def test_plateau_gate_known_answers():
+    rising = np.tile(np.linspace(0.5, 0.9, 12), (3, 1))  # +0.036 per round: +0.109 over the last 3 rounds
+    flat = np.tile(np.r_[np.linspace(0.5, 0.9, 8), [0.9, 0.905, 0.91, 0.915]], (3, 1))
+    np.testing.assert_allclose(last_quarter_gain(rising[0]), 0.4 * 3 / 11)
+    assert not plateaued(rising) and plateaued(flat)
+    assert plateaued(flat[:, ::-1] * 0 + np.linspace(0.9, 0.8, 12))  # falling curves have stopped improving
+    noisy = flat + np.array([[0.03], [-0.03], [0.0]]) * (np.arange(12) == 11)  # seed noise cancels in the mean
+    assert plateaued(noisy)
+    with pytest.raises(ValueError, match="rounds >= 2"):
+        plateaued(np.zeros((3, 1)))

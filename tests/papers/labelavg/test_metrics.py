@@ -62,3 +62,4 @@ def test_closest_match_respects_the_mask():
     assert int(best[0]) == 1 and float(p[0]) < 100.0 and float(s[0]) > 0.9
     p2, _, best2 = closest_match(jnp.asarray(target)[None], jnp.asarray(cands), jnp.ones((1, 4), bool))
     assert int(best2[0]) == 2 and float(p2[0]) == 100.0
+
