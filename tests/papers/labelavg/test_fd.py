@@ -12,8 +12,8 @@ from common.fl.clients import make_federation
 from common.fl.comm import bits_for, packed_size
 from common.fl.partition import dirichlet_partition, pad_partitions
 from common.models.small import num_params
-from papers.labelavg import methods as M
 from papers.labelavg import fd as FD
+from papers.labelavg import methods as M
 from papers.labelavg.experiments import last_quarter_gain, plateaued
 from papers.labelavg.fd import make_round, make_train, pooled, traffic
 from papers.labelavg.models import REGISTRY
