@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from common.repro import registry
-from common.repro.errors import ConfigError
+from common.repro.errors import ConfigError, did_you_mean
 from common.repro.results import config_hash
 from common.repro.schema import asset_root, repo_root
 
@@ -73,12 +73,56 @@ def compose(overrides: Sequence[str] = (), conf_dir: Path | str | None = None) -
     try:
         with _hydra(conf_dir):
             cfg = hydra_compose("config", overrides=list(overrides))
+            check_experiment_found(cfg, _group_choice(overrides, "experiment"))
+    except ConfigError:
+        raise
     except Exception as e:  # hydra wraps everything in its own exception types
         raise ConfigError(f"cannot compose config with overrides {list(overrides)}: {_cause(e)}") from e
     cfg.paths.conf_dir = str(conf_dir.resolve())
     pin_explicit_overrides(cfg, overrides)
     validate(cfg)
     return cfg
+
+
+def _group_choice(overrides: Sequence[str], group: str) -> str | None:
+    """The option an override list picks for config group ``group`` (``group=x``, ``+group=x``), else None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:  # compose reports syntax errors itself
+        return None
+    picks = [ov.value() for ov in parsed if ov.key_or_group == group and ov.package is None and not ov.is_delete()]
+    return str(picks[-1]) if picks and isinstance(picks[-1], str) else None
+
+
+def experiment_options() -> list[str]:
+    """Every ``<paper>/<name>`` that ``experiment=`` accepts on the current search path (Hydra initialised)."""
+    loader = GlobalHydra.instance().config_loader()
+    out = list(loader.get_group_options("experiment"))
+    for paper in loader.list_groups("experiment"):
+        out += [f"{paper}/{name}" for name in loader.get_group_options(f"experiment/{paper}")]
+    return sorted(out)
+
+
+def unknown_experiment_message(choice: str, known: Sequence[str]) -> str:
+    """``unknown experiment 'p/x' (did you mean 'p/y'?). Known: ...``: the closest of ``known`` (``<paper>/<name>``);
+    then the same paper's experiments when ``choice`` names a known paper, else the known papers."""
+    paper = choice.split("/", 1)[0]
+    same = [k for k in known if k.split("/", 1)[0] == paper]
+    close = did_you_mean("experiment", [choice], known).split(". Known: ")[0]
+    if same:
+        return f"{close}. Known: {', '.join(same)}"
+    papers = sorted({k.split("/", 1)[0] for k in known})
+    return f"{close}. Known papers: {', '.join(papers)} (python -m common.repro.run_all --list shows every experiment)"
+
+
+def check_experiment_found(cfg: DictConfig, choice: str | None) -> None:
+    """Raise ConfigError if ``experiment=<choice>`` composed to nothing: the group is optional in config.yaml, so
+    Hydra silently drops an experiment name that matches no file (a typo would read "no experiment selected")."""
+    if choice is None or cfg.get("experiment") is not None:
+        return
+    raise ConfigError(unknown_experiment_message(choice, experiment_options()))
 
 
 def pin_explicit_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:

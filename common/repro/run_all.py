@@ -134,7 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-claims", action="store_true", help="do not run the claims checker afterwards")
     ap.add_argument("-o", "--override", action="append", default=[], help="extra Hydra override, repeatable")
     ap.add_argument("--debug", action="store_true", help="print tracebacks of failures")
-    args = ap.parse_args(argv)
+    # intermixed: paper names may come after options (`--only headline swallow` runs swallow's headline)
+    args = ap.parse_intermixed_args(argv)
     console_logging()
     try:
         return _main(args)
@@ -143,6 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # outside an experiment (composing, checking claims): nothing half-written
+        print("interrupted; finished experiments are saved. Run the same command again to resume (fresh results "
+              "are skipped).", file=sys.stderr, flush=True)
+        return 130
 
 
 def _main(args) -> int:
