@@ -42,6 +42,7 @@ def test_killed_training_resumes_bit_identically(tmp_path):
     assert Checkpointer(ck).latest_step() == 3
     resumed = _run(str(ck), str(tmp_path / "res.npz"))
     assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from chunk 3/6" in resumed.stdout  # says that it resumed, and from where
     a, b = np.load(tmp_path / "ref.npz"), np.load(tmp_path / "res.npz")
     for k in ("W", "b", "key", "loss"):
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)  # bit-identical, including the loss history
