@@ -126,10 +126,10 @@ def test_collect_on_a_folder_without_jobs_exits_2(tmp_path, capsys):
     assert "no Hydra job folder" in capsys.readouterr().err
 
 
-def test_cfg_job_shows_what_will_run(toy_conf):
+def test_cfg_job_shows_what_will_run(toy_conf, tmp_path):
     """``--cfg job`` prints the profile-merged experiment with the command line's values on top."""
     cmd = _main_cmd(toy_conf, "experiment=toy/costs", "profile=smoke", "experiment.num_seeds=2",
-                    "experiment.params.scale=4.5", "--cfg", "job")
+                    "experiment.params.scale=4.5", f"hydra.run.dir={tmp_path / 'run'}", "--cfg", "job")
     out = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     exp = OmegaConf.create(out.stdout).experiment
