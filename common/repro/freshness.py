@@ -1,7 +1,8 @@
 """Is a stored result fresh? Code fingerprints, run manifests and the completeness of result files.
 
 A result ``<dir>/<experiment>.csv`` is written together with ``<experiment>.manifest.json``, which records the run:
-config hash, code fingerprint, profile, git commit, the CSV's sha256 and row count, seeds, wall time and date.
+config hash, code fingerprint, profile, git commit, the CSV's sha256 and row count, seeds, wall time, date and
+the figures it saved.
 :func:`status` compares them with what the current checkout would run:
 
 ``fresh``       same config hash, same code fingerprint, same profile, made from a clean tree, file intact.

@@ -104,6 +104,7 @@ def _run_locked(cfg, ctx, chash, path, force, log):
                    code_hash=code, code_files=n_files, git_sha=str(out["git_sha"].iloc[0]),
                    jax_version=str(out["jax_version"].iloc[0]), seeds=[int(x) for x in ctx.seeds()],
                    policies=list(ctx.policies), wall_s=round(wall, 1),
+                   figures=sorted(dict.fromkeys(f.name for f in ctx.figures)),
                    finished_utc=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
     if ctx.checkpoint_dir is not None:  # finished: its resumable state is no longer needed
         shutil.rmtree(ctx.checkpoint_dir, ignore_errors=True)

@@ -238,3 +238,15 @@ def test_figures_say_profile_seeds_and_ci_and_whiskers_stay_non_negative(toy_con
         plt.Figure.savefig = orig
     assert path.exists() and "profile smoke" in seen["title"] and "3 seed(s)" in seen["title"]
     assert CI_NOTE in seen["title"]
+
+
+def test_manifest_lists_the_figures_the_run_saved(toy_conf, tmp_path, monkeypatch):
+    """The reviewer's page takes an experiment's figures from its manifest (names alone cannot tell ``accuracy_*``
+    from another experiment ``accuracy_cifar10``'s figures)."""
+    import json
+
+    monkeypatch.setenv("TOY_FIGURE", "1")
+    assert run_all(["toy", "--conf-dir", str(toy_conf), "--results-dir", str(tmp_path), "--only", "costs",
+                    "--profile", "smoke", "--no-claims"]) == 0
+    man = json.loads((tmp_path / "toy/costs.manifest.json").read_text())
+    assert man["figures"] == ["costs_bars.png"] and (tmp_path / "toy/costs_bars.png").is_file()
