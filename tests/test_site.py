@@ -1,10 +1,14 @@
 """results/index.html: every claim is on the page, every link and image resolves, and in a real headless Chromium
-the page loads without console errors and its filter works."""
+the page loads without console errors and its filter works; the same for the committed page."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -12,7 +16,8 @@ import pandas as pd
 import pytest
 
 from common.repro.claims import evaluate, parse_claims
-from common.repro.site import write_site
+from common.repro.site import experiment_figures, write_site
+from tests.conftest import ROOT
 
 
 def _verdicts():
@@ -37,11 +42,15 @@ def site(tmp_path):
     (res / "toy").mkdir(parents=True)
     pd.DataFrame({"x": [1]}).to_csv(res / "toy/costs.csv", index=False)
     shutil.copy(Path(__file__).parent / "fixtures/tiny.png", res / "toy/costs_bars.png")
+    # another experiment whose name extends "costs": its figure is not one of costs' figures
+    shutil.copy(Path(__file__).parent / "fixtures/tiny.png", res / "toy/costs_more_bars.png")
+    (tmp_path / "papers/toy").mkdir(parents=True)
+    (tmp_path / "papers/toy/README.md").write_text("# toy\n")
     (res / "toy/costs.manifest.json").write_text(json.dumps(
         {"git_sha": "abc123", "profile": "default", "seeds": [0, 1, 2], "code_hash": "c0de", "config_hash": "cf",
          "finished_utc": "2026-12-03T00:00:00Z", "wall_s": 12.0, "rows": 6}))
-    fresh = {"toy": {"costs": "fresh", "other": "missing"}}
-    return write_site(res, _verdicts(), fresh, {"toy": "Toy paper"})
+    fresh = {"toy": {"costs": "fresh", "costs_more": "missing", "other": "missing"}}
+    return write_site(res, _verdicts(), fresh, {"toy": "Toy paper"}, papers_dir=tmp_path / "papers")
 
 
 class _Links(HTMLParser):
@@ -63,7 +72,10 @@ def test_page_lists_every_claim_and_every_link_resolves(site):
     for cid in ("h1", "s1", "k1"):
         assert f"<code>{cid}</code>" in text
     assert "fast &lt;beats&gt; slow &amp; more" in text  # escaped, not markup
-    assert "./reproduce.sh toy --only costs" in text and "abc123" in text and "no result file" in text
+    assert "./reproduce.sh toy --only costs --force" in text and "abc123" in text and "no result file" in text
+    assert text.count('src="toy/costs_more_bars.png"') == 1  # under costs_more only, not under costs too
+    assert text.index('id="toy-costs_more"') < text.index('src="toy/costs_more_bars.png"')
+    assert 'href="../papers/toy/README.md"' in text
     p = _Links()
     p.feed(text)
     for ref in p.refs:
@@ -90,6 +102,10 @@ def _driver():
     return webdriver.Chrome(service=Service(driver_bin), options=opts)
 
 
+def _console_errors(d):
+    return [e for e in d.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+
+
 def test_page_in_a_real_browser(site):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
@@ -108,7 +124,106 @@ def test_page_in_a_real_browser(site):
         assert len(shown) == 1 and "s1" in shown[0].text
         img = d.find_element(By.CSS_SELECTOR, "figure img")
         assert d.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", img)
-        errors = [e for e in d.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
-        assert not errors, errors
+        assert not _console_errors(d)
     finally:
         d.quit()
+
+
+def test_paper_vs_ours_lists_the_claims_with_a_paper_number(site):
+    text = site.read_text()
+    start = text.index('<table class="pvo">')
+    table = text[start:text.index("</table>", start)]
+    assert "<code>h1</code>" in table and "<td>2.000</td>" in table  # the paper's number beside ours
+    assert "[1.800, 2.200]" in table  # the band (default tolerance 10 %) that counts as the paper's size
+    assert "<code>s1</code>" not in table and "<code>k1</code>" not in table  # no paper number: not here
+
+
+def test_figures_come_from_the_manifest_else_from_names(tmp_path):
+    for name in ("acc_a.png", "acc_b.png", "acc_cifar_a.png"):
+        (tmp_path / name).write_bytes(b"")
+    exps = ["acc", "acc_cifar"]
+    assert [p.name for p in experiment_figures(tmp_path, "acc", exps, None)] == ["acc_a.png", "acc_b.png"]
+    assert [p.name for p in experiment_figures(tmp_path, "acc_cifar", exps, None)] == ["acc_cifar_a.png"]
+    man = {"figures": ["acc_b.png"]}
+    assert [p.name for p in experiment_figures(tmp_path, "acc", exps, man)] == ["acc_b.png"]
+    gone = {"figures": ["acc_old.png"]}  # listed figures that no longer exist: fall back to the names
+    assert [p.name for p in experiment_figures(tmp_path, "acc", exps, gone)] == ["acc_a.png", "acc_b.png"]
+
+
+_COMMITTED = ROOT / "results/index.html"
+_committed = pytest.mark.skipif(not _COMMITTED.exists(), reason="no committed results/index.html")
+
+
+@_committed
+def test_committed_page_has_every_summary_claim_and_resolves():
+    """A new user opening results/index.html from a clone finds every claim of SUMMARY.md, and every figure, CSV and
+    anchor it links to is there."""
+    summary = (ROOT / "results/SUMMARY.md").read_text()
+    claims = re.findall(r"^\| \[(\w+)\]\([^)]*\) \| `([^`]+)`", summary, flags=re.M)
+    assert len(claims) > 20
+    text = _COMMITTED.read_text()
+    rows = re.findall(r'<tr data-paper="([^"]+)"[^>]*>.*?<code>([^<]+)</code>', text)
+    assert sorted(claims) == sorted(rows)
+    p = _Links()
+    p.feed(text)
+    bad = [r for r in p.refs if (r[1:] not in p.ids if r.startswith("#") else not (_COMMITTED.parent / r).exists())]
+    assert not bad, bad[:10]
+    assert "http://" not in text and "https://" not in text
+
+
+@_committed
+def test_committed_page_in_a_real_browser():
+    """The committed page loads with no console error, every image decodes (lazy ones forced to load), and the
+    paper filter leaves exactly that paper's rows."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    d = _driver()
+    try:
+        d.get(_COMMITTED.as_uri())
+        rows = d.find_elements(By.CSS_SELECTOR, "#claims tbody tr")
+        papers = {r.get_attribute("data-paper") for r in rows}
+        paper = sorted(papers)[0]
+        Select(d.find_element(By.ID, "f-paper")).select_by_value(paper)
+        mine = d.execute_script("return Array.from(document.querySelectorAll('#claims tbody tr'))"
+                                ".filter(r => r.style.display !== 'none').map(r => r.dataset.paper)")
+        assert mine and set(mine) == {paper}
+        d.execute_script("document.querySelectorAll('img').forEach(i => { i.loading = 'eager'; })")
+        WebDriverWait(d, 60).until(lambda drv: drv.execute_script(
+            "return Array.from(document.images).every(i => i.complete)"))
+        broken = d.execute_script("return Array.from(document.images).filter(i => !(i.naturalWidth > 0))"
+                                  ".map(i => i.getAttribute('src'))")
+        assert d.execute_script("return document.images.length") > 0 and not broken, broken
+        assert not _console_errors(d)
+    finally:
+        d.quit()
+
+
+def test_report_module_regenerates_the_page_without_running(toy_conf, tmp_path, monkeypatch, capsys):
+    """``python -m common.repro.report`` (and ``mlsys-repro report``) rebuilds index.html from stored results."""
+    from common.repro.cli import main as cli_main
+    from common.repro.run_all import main as run_all
+
+    for paper in (toy_conf / "paper").glob("*.yaml"):  # the toy paper alone: fast
+        if paper.stem != "toy":
+            paper.unlink()
+            shutil.rmtree(toy_conf / "experiment" / paper.stem, ignore_errors=True)
+    res = tmp_path / "res"
+    monkeypatch.setenv("TOY_FIGURE", "1")
+    assert run_all(["toy", "--conf-dir", str(toy_conf), "--results-dir", str(res), "--only", "costs", "--profile",
+                    "smoke", "--no-claims"]) == 0
+    assert not (res / "index.html").exists()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "common.repro.report", "--conf-dir", str(toy_conf), "--results-dir",
+                          str(res)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert str(res / "index.html") in out.stdout
+    text = (res / "index.html").read_text()
+    assert "<code>fast_is_2x</code>" in text and 'src="toy/costs_bars.png"' in text
+    assert (res / "SUMMARY.md").is_file() and (res / "toy/claims.md").is_file()
+    (res / "index.html").unlink()
+    assert cli_main(["report", "--conf-dir", str(toy_conf), "--results-dir", str(res)]) == 0
+    assert (res / "index.html").is_file()
+    capsys.readouterr()
+    assert cli_main(["report", "--conf-dir", str(toy_conf), "--results-dir", str(res), "tyo"]) == 2
+    assert "did you mean 'toy'" in capsys.readouterr().err

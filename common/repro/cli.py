@@ -3,7 +3,7 @@
     mlsys-repro run [PAPER ...] [--profile P] [--only E,E] [--list] [--status] ...   # = ./reproduce.sh
     mlsys-repro status [PAPER ...]                                                    # = run --status
     mlsys-repro claims [PAPER ...] | --claims F.yaml --csv-dir DIR [--out V.csv]       # verdicts, SUMMARY, page
-    mlsys-repro report [PAPER ...]                                                    # same as claims
+    mlsys-repro report [PAPER ...] [--results-dir DIR]                                # page + reports, no run
     mlsys-repro collect RUNDIR                                                        # gather a Hydra multirun
 
 Each subcommand forwards its arguments unchanged to the module that ``python -m`` runs, so both spellings take
@@ -32,6 +32,12 @@ def _claims(argv: Sequence[str]) -> int:
     return main(list(argv))
 
 
+def _report(argv: Sequence[str]) -> int:
+    from common.repro.report import main
+
+    return main(list(argv))
+
+
 def _collect(argv: Sequence[str]) -> int:
     from common.repro.collect import main
 
@@ -42,7 +48,7 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "run": (_run, "run experiments and check their claims (python -m common.repro.run_all)"),
     "status": (_status, "fresh / stale / missing / incomplete per experiment; exit 1 unless all are fresh"),
     "claims": (_claims, "check claims against stored results; write claims.md, SUMMARY.md, index.html"),
-    "report": (_claims, "regenerate results/SUMMARY.md and results/index.html (same as claims)"),
+    "report": (_report, "regenerate results/index.html, SUMMARY.md and claims.md from stored results (no run)"),
     "collect": (_collect, "gather a Hydra multirun folder into one table and its verdicts"),
 }
 

@@ -4,7 +4,12 @@ A front table of every claim (paper, class, claim, paper value, measured mean [C
 filterable by paper, class and verdict; then one section per paper with, for each experiment, the claims it
 decides, its figures (linked relatively, so the page works from a fresh clone or a copied ``results/`` folder), the
 exact command that regenerates it, its CSV and its provenance (commit, profile, seeds, code fingerprint, date,
-wall time: the experiment's manifest). Written by ``python -m common.repro.claims`` and ``./reproduce.sh``.
+wall time: the experiment's manifest); each paper section opens with a "paper vs ours" table of the claims for
+which the paper gives a number. Written by ``python -m common.repro.report`` (= ``python -m common.repro.claims``)
+and ``./reproduce.sh``.
+
+An experiment's figures are the ones its manifest lists (``figures``, recorded by the runner), else the files
+``<experiment>_*.png`` that belong to no longer experiment name (``accuracy_*`` is not ``accuracy_cifar10_*``).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ vertical-align:top;text-align:left}th{background:#f2f2f2}code{font-size:12px}
 .REPRODUCED,.PASS{background:#c8f0c8}.DIRECTION_ONLY{background:#fde9b0}.NOT_REPRODUCED,.FAIL{background:#f6c6c6}
 .INCONCLUSIVE{background:#dcdcf4}.SKIPPED{background:#e6e6e6}.stale,.missing,.incomplete{color:#a40}
 figure{display:inline-block;margin:.4em}figure img{max-width:540px;border:1px solid #ddd}
-.controls label{margin-right:1.2em}.muted{color:#666}
+.controls label{margin-right:1.2em}.muted{color:#666}caption{text-align:left;font-weight:600;padding:2px 0}
 """
 
 _JS = """
@@ -65,6 +70,45 @@ def _manifest(results_dir: Path, paper: str, exp: str) -> dict | None:
         return None
 
 
+def regenerate_command(paper: str, exp: str) -> str:
+    """The command that reruns one experiment into ``results/`` and rechecks its claims (``--force``: even when its
+    stored result is fresh, which a plain run would keep)."""
+    return f"./reproduce.sh {paper} --only {exp} --force"
+
+
+def experiment_figures(paper_dir: Path, exp: str, experiments: Sequence[str], man: dict | None) -> list[Path]:
+    """The PNGs of ``exp`` in ``paper_dir``: those its manifest lists (when it lists any that exist), else
+    ``<exp>_*.png`` minus the figures of any other experiment whose name extends ``exp`` (``<exp>_<more>``)."""
+    listed = (man or {}).get("figures")
+    if isinstance(listed, list):
+        found = [paper_dir / str(n) for n in listed if (paper_dir / str(n)).is_file()]
+        if found:
+            return found
+    longer = [o for o in experiments if o != exp and o.startswith(exp + "_")]
+    return [f for f in sorted(paper_dir.glob(f"{exp}_*.png"))
+            if not any(f.name.startswith(o + "_") for o in longer)]
+
+
+def _paper_vs_ours(vs: Sequence[Verdict]) -> list[str]:
+    """The side-by-side table of the claims that state a number of the paper."""
+    rows = [v for v in vs if v.claim.paper_value is not None]
+    if not rows:
+        return ['<p class="muted">The paper gives no number that a claim here compares against (the claims are '
+                "directions or smallest effects; see the table of each experiment).</p>"]
+    out = ["<table class=\"pvo\"><caption>Paper vs ours: every claim for which the paper gives a number</caption>"
+           "<thead><tr><th>claim</th><th>source</th><th>paper</th><th>band counted as the paper's size</th>"
+           "<th>ours: mean [CI] (n)</th><th>verdict</th></tr></thead><tbody>"]
+    for v in rows:
+        c = v.claim
+        band = c.band()
+        band_s = "—" if band is None else f"[{_fmt(band[0])}, {_fmt(band[1])}]"
+        out.append(f'<tr><td><a href="#{_e(v.paper)}-{_e(c.experiment)}"><code>{_e(c.id)}</code></a> {_e(c.text)}'
+                   f"</td><td>{_e(c.source)}</td><td>{_e(_fmt(c.paper_value))}</td><td>{_e(band_s)}</td>"
+                   f'<td>{_e(v.measured())}</td><td><span class="badge {_e(v.shown)}">{_e(v.shown)}</span></td></tr>')
+    out.append("</tbody></table>")
+    return out
+
+
 def _provenance(man: dict | None) -> str:
     if not man:
         return '<span class="stale">no manifest (made before provenance was recorded)</span>'
@@ -90,10 +134,22 @@ def _row(v: Verdict, fresh: str) -> str:
             f'<td class="{_e(state)}" title="{_e(fresh)}">{_e(state)}</td></tr>')
 
 
+def default_papers_dir() -> Path | None:
+    """The checkout's ``papers/`` (the page links ``../papers/<paper>/README.md``, which resolves from the
+    checkout's ``results/``); ``None`` when installed from a wheel, where no such sibling folder exists."""
+    from common.repro.schema import installed, repo_root
+
+    return None if installed() else Path(repo_root()) / "papers"
+
+
 def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
-              freshness: Mapping[str, Mapping[str, str]], titles: Mapping[str, str] | None = None) -> str:
-    """The page for the verdicts and the result files under ``results_dir`` (links relative to it)."""
+              freshness: Mapping[str, Mapping[str, str]], titles: Mapping[str, str] | None = None,
+              papers_dir: Path | None | str = "default") -> str:
+    """The page for the verdicts and the result files under ``results_dir`` (links relative to it). A paper's
+    README is linked as ``../papers/<paper>/README.md`` when it exists under ``papers_dir`` (default: the
+    checkout's); the page's bytes do not depend on where ``results_dir`` is."""
     results_dir = Path(results_dir)
+    papers_dir = default_papers_dir() if papers_dir == "default" else (Path(papers_dir) if papers_dir else None)
     titles = titles or {}
     everything = [v for vs in all_verdicts.values() for v in vs]
     verdict_names = sorted({v.shown for v in everything})
@@ -121,7 +177,11 @@ def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
             out.append(f"<p>{_e(titles[paper])}</p>")
         md = (f'<a href="{_e(paper)}/claims.md">{_e(paper)}/claims.md</a>'
               if (results_dir / paper / "claims.md").exists() else f"<code>{_e(paper)}/claims.md</code>")
-        out.append(f"<p>All claims with notes: {md}; paper vs ours in <code>papers/{_e(paper)}/README.md</code>.</p>")
+        readme = papers_dir / paper / "README.md" if papers_dir else None
+        rd = (f'<a href="../papers/{_e(paper)}/README.md">papers/{_e(paper)}/README.md</a>'
+              if readme and readme.is_file() else f"<code>papers/{_e(paper)}/README.md</code>")
+        out.append(f"<p>All claims with notes: {md}; the paper's tables next to ours, with the setup: {rd}.</p>")
+        out += _paper_vs_ours(vs)
         exps = list(dict.fromkeys([v.claim.experiment for v in vs] + sorted(freshness.get(paper, {}))))
         for exp in exps:
             out.append(f'<h3 id="{_e(paper)}-{_e(exp)}">{_e(paper)}/{_e(exp)}</h3>')
@@ -129,9 +189,11 @@ def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
             csv = results_dir / paper / f"{exp}.csv"
             csv_link = (f'<a href="{_e(paper)}/{_e(exp)}.csv">{_e(exp)}.csv</a>' if csv.exists()
                         else '<span class="missing">no result file</span>')
-            out.append(f"<p>Regenerate: <code>./reproduce.sh {_e(paper)} --only {_e(exp)}</code> &middot; "
+            man = _manifest(results_dir, paper, exp)
+            out.append(f"<p>Regenerate: <code>{_e(regenerate_command(paper, exp))}</code> "
+                       "<span class=\"muted\">(without --force a fresh result is kept)</span> &middot; "
                        f"{csv_link} &middot; result file: <span class=\"{_e(fresh.split(':')[0])}\">{_e(fresh)}"
-                       f"</span><br>Provenance: {_provenance(_manifest(results_dir, paper, exp))}</p>")
+                       f"</span><br>Provenance: {_provenance(man)}</p>")
             mine = [v for v in vs if v.claim.experiment == exp]
             if mine:
                 out.append("<table><thead><tr><th>claim</th><th>class</th><th>paper value</th><th>measured</th>"
@@ -143,7 +205,7 @@ def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
                                f'<td><span class="badge {_e(v.shown)}">{_e(v.shown)}</span></td>'
                                f"<td>{_e(v.note)}</td></tr>")
                 out.append("</tbody></table>")
-            for fig in sorted((results_dir / paper).glob(f"{exp}_*.png")):
+            for fig in experiment_figures(results_dir / paper, exp, exps, man):
                 rel = f"{paper}/{fig.name}"
                 out.append(f'<figure><a href="{_e(rel)}"><img src="{_e(rel)}" alt="{_e(fig.stem)}" '
                            f'loading="lazy"></a><figcaption>{_e(fig.name)}</figcaption></figure>')
@@ -152,8 +214,9 @@ def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
 
 
 def write_site(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
-               freshness: Mapping[str, Mapping[str, str]], titles: Mapping[str, str] | None = None) -> Path:
+               freshness: Mapping[str, Mapping[str, str]], titles: Mapping[str, str] | None = None,
+               papers_dir: Path | None | str = "default") -> Path:
     """Write ``<results_dir>/index.html`` and return its path."""
     path = Path(results_dir) / "index.html"
-    atomic_write_bytes(path, site_html(results_dir, all_verdicts, freshness, titles).encode())
+    atomic_write_bytes(path, site_html(results_dir, all_verdicts, freshness, titles, papers_dir).encode())
     return path
