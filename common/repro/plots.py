@@ -1,4 +1,8 @@
-"""Matplotlib (Agg) helpers shared by the papers' figures; every figure is written atomically."""
+"""Matplotlib (Agg) helpers shared by the papers' figures: the one style every figure uses (:data:`STYLE`,
+applied on import and again by :func:`figure`), 95 % CI bars and bands that say so, whiskers that stop at a
+physical zero, and atomic PNG writes titled with the experiment, profile and number of seeds
+(:meth:`common.repro.registry.RunContext.save_figure`).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,24 @@ from common.repro.results import atomic_write_bytes  # noqa: E402
 from common.repro.stats import mean_ci  # noqa: E402
 
 CI_NOTE = "error bars / bands: 95 % CI of the mean over seeds"
+
+# The house style: small type that fits multi-panel figures, light grids behind the data, one colour cycle.
+STYLE: dict[str, object] = {
+    "font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9, "xtick.labelsize": 8, "ytick.labelsize": 8,
+    "legend.fontsize": 8, "legend.framealpha": 0.8, "figure.titlesize": 9,
+    "axes.grid": True, "axes.axisbelow": True, "grid.alpha": 0.3,
+    "axes.prop_cycle": matplotlib.cycler(color=list(matplotlib.colormaps["tab10"].colors)),
+    "lines.linewidth": 1.5, "lines.markersize": 4, "errorbar.capsize": 3, "image.cmap": "viridis",
+    "savefig.dpi": 120, "savefig.facecolor": "white",
+}
+
+
+def apply_style() -> None:
+    """Set :data:`STYLE` on matplotlib's global parameters (idempotent)."""
+    matplotlib.rcParams.update(STYLE)
+
+
+apply_style()
 
 
 def save_figure(fig, path: Path, dpi: int = 120, note: str | None = None) -> None:
@@ -86,4 +108,6 @@ def lines_with_ci(ax, df: pd.DataFrame, metric: str, x: str, by: str = "policy",
 
 
 def figure(ncols: int = 1, nrows: int = 1, w: float = 5.0, h: float = 3.6):
+    """A grid of ``nrows x ncols`` axes (always 2-D) in the house style."""
+    apply_style()
     return plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows), squeeze=False)

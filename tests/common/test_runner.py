@@ -250,3 +250,20 @@ def test_manifest_lists_the_figures_the_run_saved(toy_conf, tmp_path, monkeypatc
                     "--profile", "smoke", "--no-claims"]) == 0
     man = json.loads((tmp_path / "toy/costs.manifest.json").read_text())
     assert man["figures"] == ["costs_bars.png"] and (tmp_path / "toy/costs_bars.png").is_file()
+
+
+def test_every_figure_gets_the_one_house_style():
+    """plots.STYLE is applied on import and by figure(), even after something reset matplotlib's parameters."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from common.repro.plots import STYLE, figure
+
+    plt.rcdefaults()
+    fig, ax = figure()
+    try:
+        for key, value in STYLE.items():
+            assert matplotlib.rcParams[key] == value, key
+        assert all(g.get_visible() for g in ax[0, 0].yaxis.get_gridlines())  # the style's grid, not the default
+    finally:
+        plt.close(fig)
