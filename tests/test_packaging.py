@@ -63,11 +63,14 @@ def test_installed_command_lists_every_experiment_from_any_directory(installed, 
     path, flag, assets, work = probe.stdout.strip().split("|")
     assert Path(path).is_relative_to(site) and flag == "True"  # the wheel's copy, not this checkout
     assert Path(assets) == site / "common/repro/_bundled" and Path(work) == tmp_path
-    out = _run_installed(site, tmp_path, "-m", "common.repro.cli", "run", "--list")
-    assert out.returncode == 0, out.stderr
-    listed = {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
     expected = {f"{p.parent.name}/{p.stem}" for p in (ROOT / "conf/experiment").glob("*/*.yaml")}
-    assert listed == expected
+    script = site / "bin" / "mlsys-repro"  # the console script pip generated from the wheel's entry point
+    assert script.is_file()
+    for cmd in (["-m", "common.repro.cli", "run", "--list"], [str(script), "run", "--list"]):
+        out = _run_installed(site, tmp_path, *cmd)
+        assert out.returncode == 0, out.stderr
+        listed = {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
+        assert listed == expected, cmd
 
 
 def test_unknown_command_exits_2_and_names_the_closest(capsys):
@@ -107,3 +110,15 @@ def test_lock_file_pins_what_is_installed():
         except PackageNotFoundError:
             wrong.append(f"{name}: locked but not installed")
     assert not wrong, wrong
+
+
+def test_output_cut_short_by_a_pipe_is_quiet():
+    """``mlsys-repro run --list | head -1``: the reader leaves early; no BrokenPipeError traceback."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.Popen([sys.executable, "-m", "common.repro.cli", "run", "--list"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert "/" in proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.wait(timeout=300)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

@@ -12,6 +12,7 @@ the same options and give the same exit codes (0 ok, 1 failures / not fresh, 2 b
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -71,7 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"error: {did_you_mean('command', [name], list(COMMANDS))}\n\n{usage()}", file=sys.stderr)
         return 2
-    return COMMANDS[name][0](rest)
+    try:
+        return COMMANDS[name][0](rest)
+    except BrokenPipeError:  # `mlsys-repro run --list | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit stays quiet
+        return 141  # as a shell reports a process killed by SIGPIPE
 
 
 if __name__ == "__main__":
