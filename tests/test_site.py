@@ -227,3 +227,7 @@ def test_report_module_regenerates_the_page_without_running(toy_conf, tmp_path, 
     capsys.readouterr()
     assert cli_main(["report", "--conf-dir", str(toy_conf), "--results-dir", str(res), "tyo"]) == 2
     assert "did you mean 'toy'" in capsys.readouterr().err
+    (res / "index.html").unlink()  # ./reproduce.sh (run_all) writes the page after its runs too
+    assert run_all(["toy", "--conf-dir", str(toy_conf), "--results-dir", str(res), "--only", "costs", "--profile",
+                    "smoke"]) == 0
+    assert "<code>fast_is_2x</code>" in (res / "index.html").read_text()
