@@ -67,38 +67,57 @@ def cdf(ax, samples: Mapping[str, Sequence[float]], xlabel: str, log: bool = Tru
     ax.legend(fontsize=8)
 
 
+def _nonneg(values: np.ndarray, nonneg: bool | None) -> bool:
+    """Whether intervals stop at 0: as given, else when every value of the metric is >= 0 (times, counts, rates,
+    accuracies: a metric that cannot be negative)."""
+    return bool((values >= 0).all()) if nonneg is None else nonneg
+
+
 def bars_with_ci(ax, df: pd.DataFrame, metric: str, by: str = "policy", ylabel: str | None = None,
-                 nonneg: bool | None = None) -> None:
-    """Bar per ``by`` value of the seed mean of ``metric`` with a 95 % CI whisker.
+                 nonneg: bool | None = None, hue: str | None = None) -> None:
+    """Bar per ``by`` value of the seed mean of ``metric`` with a 95 % CI whisker; with ``hue`` (a column), one
+    bar per (``by``, ``hue``) pair, grouped by ``by``, coloured and labelled by ``hue``.
 
     ``nonneg`` (default: every value of the metric is >= 0, e.g. times, counts, rates): the metric cannot be
     negative, so a whisker stops at 0 instead of reaching below it."""
 
     sel = df[df["metric"] == metric]
     names = list(dict.fromkeys(sel[by].tolist()))
-    stats_ = [mean_ci(sel[sel[by] == n]["value"].to_numpy()) for n in names]
-    means = [s[0] for s in stats_]
-    if nonneg is None:
-        nonneg = bool((sel["value"].to_numpy() >= 0).all())
-    lows = [max(s[1], 0.0) if nonneg else s[1] for s in stats_]
-    err = np.array([[m - lo for m, lo in zip(means, lows, strict=True)], [s[2] - s[0] for s in stats_]])
-    ax.bar(range(len(names)), means, yerr=err, capsize=3, color="tab:blue", alpha=0.8)
+    nonneg = _nonneg(sel["value"].to_numpy(dtype=float), nonneg)
+    groups = [None] if hue is None else list(dict.fromkeys(sel[hue].tolist()))
+    width = 0.8 / max(len(groups), 1)
+    for j, g in enumerate(groups):
+        sub = sel if g is None else sel[sel[hue] == g]
+        stats_ = [mean_ci(sub[sub[by] == n]["value"].to_numpy()) for n in names]
+        means = np.array([s[0] for s in stats_])
+        lows = np.array([max(s[1], 0.0) if nonneg else s[1] for s in stats_])
+        err = np.array([means - lows, [s[2] - s[0] for s in stats_]])
+        xs = np.arange(len(names)) + (j - (len(groups) - 1) / 2) * width
+        if g is None:
+            ax.bar(xs, means, width, yerr=err, capsize=3, color="tab:blue", alpha=0.8)
+        else:
+            ax.bar(xs, means, width, yerr=err, capsize=2, label=str(g), alpha=0.9)
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
     ax.set_ylabel(ylabel or metric)
     ax.grid(axis="y", alpha=0.3)
+    if hue is not None:
+        ax.legend(title=hue, fontsize=7, title_fontsize=7)
 
 
 def lines_with_ci(ax, df: pd.DataFrame, metric: str, x: str, by: str = "policy", xlabel: str | None = None,
-                  ylabel: str | None = None, logx: bool = False) -> None:
-    """One line per ``by`` value: mean over seeds of ``metric`` against column ``x``, shaded 95 % CI."""
+                  ylabel: str | None = None, logx: bool = False, nonneg: bool | None = None) -> None:
+    """One line per ``by`` value: mean over seeds of ``metric`` against column ``x``, shaded 95 % CI (stopping at
+    0 when the metric cannot be negative: ``nonneg``, as in :func:`bars_with_ci`)."""
 
     sel = df[df["metric"] == metric]
+    nonneg = _nonneg(sel["value"].to_numpy(dtype=float), nonneg)
     for name, g in sel.groupby(by, sort=False):
         xs = sorted(g[x].unique())
         st = [mean_ci(g[g[x] == v]["value"].to_numpy()) for v in xs]
         m = np.array([s[0] for s in st])
+        lo = np.array([s[1] for s in st])
         ax.plot(xs, m, marker="o", ms=3, label=str(name))
-        ax.fill_between(xs, [s[1] for s in st], [s[2] for s in st], alpha=0.2)
+        ax.fill_between(xs, np.maximum(lo, 0.0) if nonneg else lo, [s[2] for s in st], alpha=0.2)
     if logx:
         ax.set_xscale("log")
     ax.set_xlabel(xlabel or x)

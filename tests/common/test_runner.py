@@ -267,3 +267,34 @@ def test_every_figure_gets_the_one_house_style():
         assert all(g.get_visible() for g in ax[0, 0].yaxis.get_gridlines())  # the style's grid, not the default
     finally:
         plt.close(fig)
+
+
+def test_grouped_bars_and_bands_stop_at_a_physical_zero():
+    """Grouped bars (``hue``: e.g. one bar per attacker within each method) and CI bands of a non-negative metric
+    never reach below 0; a metric with negative values keeps its full interval."""
+    import matplotlib.pyplot as plt
+    from matplotlib.container import BarContainer, ErrorbarContainer
+
+    from common.repro.plots import bars_with_ci, figure, lines_with_ci
+
+    acc = [0.0, 0.0, 0.5, 0.9, 0.8, 0.85]  # attack accuracy: mean 0.17, CI far below 0
+    df = pd.DataFrame({"policy": ["m1"] * 6 + ["m2"] * 6, "attacker": (["init"] * 3 + ["zo"] * 3) * 2,
+                       "metric": "acc", "value": acc + acc[::-1]})
+    fig, ax = figure(ncols=2)
+    try:
+        bars_with_ci(ax[0, 0], df, "acc", hue="attacker")
+        bars = [c for c in ax[0, 0].containers if isinstance(c, BarContainer)]
+        assert [len(b) for b in bars] == [2, 2]  # 2 attackers x 2 methods
+        assert [t.get_text() for t in ax[0, 0].get_legend().get_texts()] == ["init", "zo"]
+        lows = [seg[:, 1].min() for c in ax[0, 0].containers if isinstance(c, ErrorbarContainer)
+                for seg in c.lines[2][0].get_segments()]
+        assert min(lows) == 0.0
+        curve = pd.DataFrame({"policy": "m1", "metric": "acc", "step": [1, 1, 1, 2, 2, 2],
+                              "value": [0.0, 0.0, 0.5, 0.1, 0.0, 0.6]})
+        lines_with_ci(ax[0, 1], curve, "acc", x="step")
+        assert ax[0, 1].collections[0].get_paths()[0].vertices[:, 1].min() == 0.0
+        ax[0, 1].clear()  # a difference may be negative: its interval is not cut
+        lines_with_ci(ax[0, 1], curve.assign(value=curve["value"] - 0.5), "acc", x="step")
+        assert ax[0, 1].collections[0].get_paths()[0].vertices[:, 1].min() < -0.5
+    finally:
+        plt.close(fig)
