@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
-from common.repro.plots import figure, lines_with_ci
-from common.repro.stats import mean_ci
+from common.repro.plots import bars_with_ci, figure, lines_with_ci
 
 
 def accuracy_figures(ctx, rows) -> None:
@@ -49,21 +47,10 @@ def attack_figures(ctx, rows, images: dict) -> None:
     metrics = [("psnr_db", "PSNR to closest private image (dB)"), ("ssim", "SSIM to closest private image"),
                ("attack_acc", "attack accuracy (evaluator)")]
     fig, axes = figure(ncols=3, w=4.6, h=3.6)
-    attackers = [a for a in dict.fromkeys(df["attacker"]) if a != "none"]
-    methods = list(dict.fromkeys(df["policy"]))
-    width = 0.8 / max(len(attackers), 1)
+    attacks = df[df["attacker"] != "none"]
     for ax, (m, label) in zip(axes[0], metrics, strict=True):
-        for j, a in enumerate(attackers):
-            st = [mean_ci(df[(df["metric"] == m) & (df["policy"] == p) & (df["attacker"] == a)]["value"].to_numpy())
-                  for p in methods]
-            mu = np.array([s[0] for s in st])
-            err = np.array([[s[0] - s[1] for s in st], [s[2] - s[0] for s in st]])
-            ax.bar(np.arange(len(methods)) + (j - (len(attackers) - 1) / 2) * width, mu, width, yerr=err,
-                   capsize=2, label=a)
-        ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right")
-        ax.set_ylabel(label)
-        ax.grid(axis="y", alpha=0.3)
-    axes[0][0].legend(fontsize=7, title="attacker", title_fontsize=7)
+        # attack accuracy and PSNR (pixels in [0, 1]) cannot be negative; SSIM can
+        bars_with_ci(ax, attacks, m, by="policy", hue="attacker", ylabel=label, nonneg=m != "ssim")
     ctx.save_figure(fig, "quality")
     if images:
         reconstruction_grid(ctx, images)
