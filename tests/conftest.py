@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -21,6 +24,23 @@ import pytest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
+
+
+def interrupt_when_started(cmd: list[str], env: dict[str, str], marker: Path) -> tuple[int, str, str]:
+    """Run ``cmd`` from the repository root, send it SIGINT once ``marker`` exists (the toy experiment writes it
+    when it starts), and return ``(returncode, stdout, stderr)``.
+
+    A shell's background job (``pytest ... &``) starts with SIGINT ignored and children inherit that: the child
+    gets the default handler, as an interactive Ctrl-C would find it."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
 
 
 def write(path: Path, text: str) -> Path:

@@ -7,10 +7,8 @@ only with --debug), Ctrl-C one line and exit 130, a locked result file refused, 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -18,7 +16,7 @@ from common.repro.config import compose, unknown_experiment_message
 from common.repro.errors import ConfigError
 from common.repro.run_all import main as run_all
 from common.repro.run_all import result_lock
-from tests.conftest import ROOT
+from tests.conftest import ROOT, interrupt_when_started
 
 # ----------------------------------------------------------------------------------------------- compose / run_all
 
@@ -123,16 +121,8 @@ def test_main_ctrl_c_stops_with_one_line(toy_conf, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "TOY_STARTED_MARKER": str(marker)}
     cmd = [sys.executable, "-m", "common.repro.main", "--config-dir", str(toy_conf), "experiment=toy/slow",
            "profile=smoke", f"hydra.run.dir={tmp_path / 'run'}"]
-    # give the child the default SIGINT handler (a background shell job starts with SIGINT ignored)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, out + err
+    rc, out, err = interrupt_when_started(cmd, env, marker)
+    assert rc == 130, out + err
     assert "Traceback" not in out + err and len(_lines(err)) == 1, err
     assert "toy/slow: interrupted" in err and "run the same command again to resume" in err
     assert not list((tmp_path / "run").glob("*.csv"))

@@ -15,7 +15,7 @@ from common.repro.config import build_context, compose
 from common.repro.errors import ConfigError, ResultSchemaError
 from common.repro.results import PROVENANCE_COLUMNS, RESULT_COLUMNS, metric_rows, to_frame
 from common.repro.run_all import main as run_all
-from tests.conftest import ROOT, write
+from tests.conftest import ROOT, interrupt_when_started, write
 
 
 def test_compose_applies_profile_overrides(toy_conf):
@@ -193,17 +193,8 @@ def test_ctrl_c_stops_with_one_clear_line(toy_conf, tmp_path):
     env = {**os.environ, "TOY_STARTED_MARKER": str(marker), "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "common.repro.run_all", "toy", "--profile", "smoke", "--no-claims",
            "--conf-dir", str(toy_conf), "--results-dir", str(res)]
-    # A shell's background job (`pytest ... &`) starts with SIGINT ignored and children inherit that: give the
-    # run the default handler, as an interactive Ctrl-C would find it.
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130
+    rc, out, err = interrupt_when_started(cmd, env, marker)
+    assert rc == 130
     # Progress lines ("  [toy/costs] ...") may precede it; the interruption itself is one line, no traceback.
     lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("  [")]
     assert "Traceback" not in err and len(lines) == 1, err
