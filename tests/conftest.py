@@ -69,6 +69,10 @@ def toy_conf(tmp_path: Path) -> Path:
               - _self_
             name: {name}
         """)
+    # costs is registered in its YAML (fn, params_class); slow by the legacy decorator
+    toy = "tests.fixtures.toy_paper.experiments"
+    registration = {"costs": f"\n              fn: {toy}:costs\n              params_class: {toy}:ToyParams",
+                    "slow": ""}
     for exp, sleep in (("costs", 0.0), ("slow", 30.0)):
         write(conf / f"experiment/toy/{exp}.yaml", f"""
             # @package _global_
@@ -79,7 +83,7 @@ def toy_conf(tmp_path: Path) -> Path:
             experiment:
               name: {exp}
               paper: toy
-              title: toy {exp}
+              title: toy {exp}{registration[exp]}
               policies: [fast, slow]
               params:
                 scale: 1.0

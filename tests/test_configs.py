@@ -10,7 +10,7 @@ import pytest
 
 from common.repro.claims import load_claims
 from common.repro.claims.evaluate import evaluate
-from common.repro.config import CONF_DIR, build_context, compose, experiments_of, papers_in_conf
+from common.repro.config import CONF_DIR, build_context, compose, compose_run, experiments_of, papers_in_conf
 from common.repro.results import to_frame
 
 PAPERS = papers_in_conf()
@@ -26,9 +26,9 @@ def test_conf_tree_has_the_groups():
 @pytest.mark.parametrize("profile", ["smoke", "default", "full"])
 @pytest.mark.parametrize("paper, exp", EXPERIMENTS, ids=[f"{p}/{e}" for p, e in EXPERIMENTS])
 def test_experiment_composes(paper, exp, profile):
-    cfg = compose([f"experiment={paper}/{exp}", f"profile={profile}"])
-    ctx, chash = build_context(cfg)
-    assert ctx.paper == paper and ctx.experiment == exp and len(chash) == 16
+    spec = compose_run([f"experiment={paper}/{exp}", f"profile={profile}"])
+    ctx = build_context(spec)
+    assert ctx.paper == paper and ctx.experiment == exp and len(spec.config_hash) == 16
     assert ctx.num_seeds >= 1
 
 
@@ -52,11 +52,9 @@ SMOKE_RUNS = [pe for pe in EXPERIMENTS if pe not in RUN_ELSEWHERE]
 
 @pytest.mark.parametrize("paper, exp", SMOKE_RUNS, ids=[f"{p}/{e}" for p, e in SMOKE_RUNS])
 def test_experiment_smoke_run(paper, exp, tmp_path):
-    from common.repro import registry
-
-    cfg = compose([f"experiment={paper}/{exp}", "profile=smoke", f"paths.checkpoint_dir={tmp_path / 'ckpt'}"])
-    ctx, _ = build_context(cfg, out_dir=tmp_path)
-    rows = registry.lookup(paper, exp).fn(ctx)
+    spec = compose_run([f"experiment={paper}/{exp}", "profile=smoke", f"paths.checkpoint_dir={tmp_path / 'ckpt'}"])
+    ctx = build_context(spec, out_dir=tmp_path)
+    rows = spec.fn(ctx)
     df = to_frame(rows, trace=getattr(ctx.trace, "name", "none"), hardware=getattr(ctx.hardware, "name", "none"))
     assert len(df) > 0
     # every claim that sweeps a condition (``over``) finds that column in what the code writes (no stale selector);

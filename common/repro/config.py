@@ -1,16 +1,31 @@
-"""Compose, validate and resolve configs into a :class:`RunContext`.
+"""Compose, validate and resolve configs into a :class:`RunSpec` and then a :class:`RunContext`.
 
-``compose(overrides)`` is the one way code and tests build a config: it registers every paper's schemas, runs
-Hydra's compose API on ``conf/`` and converts each group to its dataclass, so typos, wrong types and invalid values
-all fail here with a :class:`ConfigError` before any work starts.
+``compose_run(overrides)`` is the one way code builds a run: it registers the papers' schemas, runs Hydra's compose
+API on ``conf/`` once, converts each group to its dataclass and resolves the experiment (its node with the active
+profile merged, its function, its params, its policies, its config hash) into a frozen :class:`RunSpec`, so typos,
+wrong types and invalid values all fail here with a :class:`ConfigError` before any work starts. Everything
+downstream takes the spec; nothing composes or merges again. ``compose(overrides)`` is the same, returning only the
+config (for code that needs no experiment: status lines, listings, paths).
+
+An experiment is registered in its YAML alone::
+
+    experiment:
+      name: headline
+      fn: papers.swallow.experiments:headline          # the function run(ctx) -> rows
+      params_class: papers.swallow.schemas:HeadlineParams  # the dataclass its params: node must fit (optional)
+
+``fn`` must live in the paper's package (``paper.module``), whose code the freshness fingerprint covers.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from common.repro import registry
+from common.repro.cache import RunCache
 from common.repro.errors import ConfigError, did_you_mean
 from common.repro.results import config_hash
 from common.repro.schema import asset_root, repo_root
@@ -66,8 +82,34 @@ def _hydra(conf_dir: Path):
         yield
 
 
-def compose(overrides: Sequence[str] = (), conf_dir: Path | str | None = None) -> DictConfig:
-    """Compose ``conf/config.yaml`` with ``overrides`` and validate every group (raises ConfigError)."""
+@dataclass(frozen=True)
+class RunSpec:
+    """One experiment run, composed and validated once and then passed down read-only.
+
+    Attributes:
+      cfg: the full composed config (read-only).
+      experiment: the experiment node with the active profile's block merged in (``profiles`` removed; read-only),
+        or ``None`` when no experiment is selected.
+      fn: the experiment function ``fn(ctx) -> rows``; params: its params dataclass instance (``None`` if it takes
+        none); policies: ``{name: policy node}`` in run order (read-only nodes); config_hash: what a stored result
+        of this run must carry to be fresh (see :func:`resolved_for_hash`).
+    """
+
+    cfg: DictConfig
+    experiment: DictConfig | None
+    fn: Callable[..., Any] | None
+    params: Any
+    policies: Mapping[str, DictConfig]
+    config_hash: str | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.experiment.paper}/{self.experiment.name}" if self.experiment is not None else "-"
+
+
+def compose_run(overrides: Sequence[str] = (), conf_dir: Path | str | None = None) -> RunSpec:
+    """Compose ``conf/config.yaml`` with ``overrides`` once, validate every group and resolve the experiment into a
+    :class:`RunSpec` (raises ConfigError)."""
     conf_dir = Path(conf_dir) if conf_dir else CONF_DIR
     register_paper_schemas(conf_dir)
     try:
@@ -80,8 +122,12 @@ def compose(overrides: Sequence[str] = (), conf_dir: Path | str | None = None) -
         raise ConfigError(f"cannot compose config with overrides {list(overrides)}: {_cause(e)}") from e
     cfg.paths.conf_dir = str(conf_dir.resolve())
     pin_explicit_overrides(cfg, overrides)
-    validate(cfg)
-    return cfg
+    return validate(cfg)
+
+
+def compose(overrides: Sequence[str] = (), conf_dir: Path | str | None = None) -> DictConfig:
+    """The validated config of :func:`compose_run` (for code that needs the config only)."""
+    return compose_run(overrides, conf_dir).cfg
 
 
 def _group_choice(overrides: Sequence[str], group: str) -> str | None:
@@ -183,15 +229,24 @@ def _to_object(node: Any, where: str) -> Any:
         raise ConfigError(f"invalid {where}: {_cause(e)}") from e
 
 
-def validate(cfg: DictConfig) -> None:
-    """Instantiate every group's dataclass (runs ``__post_init__`` checks) and the experiment params."""
+def validate(cfg: DictConfig) -> RunSpec:
+    """Instantiate every group's dataclass (runs ``__post_init__`` checks), resolve the experiment (its merged node,
+    function, params and policies) and return it all as a :class:`RunSpec`. The experiment node is merged once
+    here; everything after uses the spec."""
     for group in ("paths", "paper", "trace", "hardware", "policy", "profile"):
         if group in cfg:
             _to_object(cfg[group], f"{group} config")
-    if cfg.get("experiment") is not None:
-        experiment_node(cfg)
-        params_for(cfg)
-        policy_configs(cfg)  # composes and validates each policy the experiment lists
+    if cfg.get("experiment") is None:
+        OmegaConf.set_readonly(cfg, True)
+        return RunSpec(cfg, None, None, None, {}, None)
+    exp = experiment_node(cfg)
+    fn, params_class = _experiment_function(cfg, exp)
+    params = _params(exp, params_class)
+    policies = _policy_configs(cfg, exp)  # composes (once per file version) and validates each listed policy
+    chash = config_hash(resolved_for_hash(cfg, policies, exp))
+    OmegaConf.set_readonly(exp, True)
+    OmegaConf.set_readonly(cfg, True)
+    return RunSpec(cfg, exp, fn, params, dict(policies), chash)
 
 
 def experiment_node(cfg: DictConfig) -> DictConfig:
@@ -223,37 +278,68 @@ def experiment_node(cfg: DictConfig) -> DictConfig:
     return merged
 
 
-def _spec(cfg: DictConfig) -> registry.ExperimentSpec:
-    exp = cfg.experiment
+def resolve_ref(ref: str, what: str) -> Any:
+    """The object a ``package.module:name`` reference names (raises ConfigError naming ``what``)."""
+    mod, sep, attr = str(ref).partition(":")
+    if not sep or not mod or not attr:
+        raise ConfigError(f"{what} must be 'package.module:name', got {ref!r}")
     try:
-        importlib.import_module(f"{cfg.paper.module}.experiments")
+        obj = importlib.import_module(mod)
     except ModuleNotFoundError as e:
-        raise ConfigError(f"paper {cfg.paper.key}: cannot import {cfg.paper.module}.experiments ({e})") from e
+        raise ConfigError(f"{what} {ref!r}: cannot import {mod} ({e})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            known = [n for n in dir(obj) if not n.startswith("_")]
+            raise ConfigError(f"{what} {ref!r}: {did_you_mean(f'name in {mod}', [part], known)}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _experiment_function(cfg: DictConfig, exp: DictConfig) -> tuple[Callable[..., Any], type | None]:
+    """The experiment's function and params dataclass: from its YAML (``fn``, ``params_class``) or, for papers not
+    yet moved to that, from the :func:`common.repro.registry.experiment` decorator of ``<module>.experiments``."""
+    module = str(cfg.paper.module)
+    where = f"experiment {exp.paper}/{exp.name}"
+    if exp.get("fn"):
+        if not str(exp.fn).startswith(module + ".") and not str(exp.fn).startswith(module + ":"):
+            raise ConfigError(f"{where}: fn {exp.fn!r} is outside the paper's package {module} (the freshness "
+                              "fingerprint covers only that package)")
+        fn = resolve_ref(exp.fn, f"{where}: fn")
+        if not callable(fn):
+            raise ConfigError(f"{where}: fn {exp.fn!r} is not callable")
+        params_class = resolve_ref(exp.params_class, f"{where}: params_class") if exp.get("params_class") else None
+        if params_class is not None and not dataclasses.is_dataclass(params_class):
+            raise ConfigError(f"{where}: params_class {exp.params_class!r} is not a dataclass")
+        return fn, params_class
+    if exp.get("params_class"):
+        raise ConfigError(f"{where}: params_class is set but fn is not")
     try:
-        return registry.lookup(exp.paper, exp.name)
+        importlib.import_module(f"{module}.experiments")
+    except ModuleNotFoundError as e:
+        raise ConfigError(f"paper {cfg.paper.key}: cannot import {module}.experiments ({e})") from e
+    try:
+        spec = registry.lookup(exp.paper, exp.name)
     except KeyError as e:
         raise ConfigError(str(e.args[0])) from None
+    return spec.fn, spec.params
 
 
-def params_for(cfg: DictConfig) -> Any:
-    exp = experiment_node(cfg)
-    spec = _spec(cfg)
-    if spec.params is None:
+def _params(exp: DictConfig, params_class: type | None) -> Any:
+    if params_class is None:
         if exp.params:
             raise ConfigError(f"experiment {exp.paper}/{exp.name} takes no params, got {list(exp.params)}")
         return None
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(spec.params), exp.params)
+        merged = OmegaConf.merge(OmegaConf.structured(params_class), exp.params)
         return OmegaConf.to_object(merged)
     except (OmegaConfBaseException, ValueError, TypeError) as e:
         raise ConfigError(f"experiment {exp.paper}/{exp.name} params: {_cause(e)}") from e
 
 
-def policy_configs(cfg: DictConfig) -> dict[str, DictConfig]:
+def _policy_configs(cfg: DictConfig, exp: DictConfig) -> dict[str, DictConfig]:
     """The policies to run: the one chosen with ``policy=`` or else the experiment's ``policies`` list."""
     if cfg.get("policy") is not None:
         return {cfg.policy.name: cfg.policy}
-    exp = experiment_node(cfg)
     out: dict[str, DictConfig] = {}
     for name in exp.policies:
         pol = policy_node(str(exp.paper), str(name), cfg.paths.conf_dir)
@@ -286,12 +372,21 @@ def _policy_node(conf_dir: str, paper: str, name: str, stamp: tuple[int, int]) -
     return pol
 
 
-def resolved_for_hash(cfg: DictConfig, policies: dict[str, DictConfig]) -> str:
-    """The text hashed to decide whether a stored result is up to date (host paths excluded)."""
-    exp = experiment_node(cfg)
+# Registration keys: they name code (covered by the code fingerprint), and an unset one hashes as if absent, so
+# declaring them changes no stored hash of an experiment that does not set them.
+_REGISTRATION_KEYS = ("fn", "params_class")
+
+
+def resolved_for_hash(cfg: DictConfig, policies: Mapping[str, DictConfig], exp: DictConfig) -> str:
+    """The text hashed to decide whether a stored result is up to date (host paths excluded). ``exp`` is the
+    experiment node with the profile merged (:func:`experiment_node`)."""
+    exp_node = OmegaConf.to_container(exp, resolve=True)
+    for k in _REGISTRATION_KEYS:
+        if exp_node.get(k) is None:
+            exp_node.pop(k, None)
     node = {
         "paper": OmegaConf.to_container(cfg.paper, resolve=True),
-        "experiment": OmegaConf.to_container(exp, resolve=True),
+        "experiment": exp_node,
         "trace": OmegaConf.to_container(cfg.trace, resolve=True) if cfg.get("trace") else None,
         "hardware": OmegaConf.to_container(cfg.hardware, resolve=True) if cfg.get("hardware") else None,
         "policies": {k: OmegaConf.to_container(v, resolve=True) for k, v in policies.items()},
@@ -300,35 +395,32 @@ def resolved_for_hash(cfg: DictConfig, policies: dict[str, DictConfig]) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(node), sort_keys=True)
 
 
-def run_hash(cfg: DictConfig) -> str:
-    """The config hash of the run ``cfg`` selects (what a stored result must carry to be up to date)."""
-    return config_hash(resolved_for_hash(cfg, policy_configs(cfg)))
-
-
-def build_context(cfg: DictConfig, out_dir: Path | None = None) -> tuple[registry.RunContext, str]:
-    """Resolve ``cfg`` into the experiment's RunContext and the config hash of this run."""
-    exp = experiment_node(cfg)
-    _spec(cfg)  # fails early with a clear message if the function is not registered
-    policies = policy_configs(cfg)
-    chash = config_hash(resolved_for_hash(cfg, policies))
+def build_context(spec: RunSpec, out_dir: Path | None = None, cache: RunCache | None = None) -> registry.RunContext:
+    """The experiment's RunContext for ``spec``: dataclass instances of its groups, its seeds, where it writes and
+    keeps checkpoints, and the run-scoped ``cache`` it shares with the other experiments of this run (a fresh one
+    when ``None``)."""
+    exp, cfg = spec.experiment, spec.cfg
+    if exp is None:
+        raise ConfigError("no experiment selected: pass experiment=<paper>/<name> (see ./reproduce.sh --list)")
     ctx = registry.RunContext(
         paper=exp.paper,
         experiment=exp.name,
         profile=cfg.profile.name,
         num_seeds=int(exp.num_seeds),
         seed=int(exp.seed),
-        params=params_for(cfg),
-        policies={k: _to_object(v, f"policy {k}") for k, v in policies.items()},
+        params=copy.deepcopy(spec.params),
+        policies={k: _to_object(v, f"policy {k}") for k, v in spec.policies.items()},
         trace=_to_object(cfg.get("trace"), "trace config"),
         hardware=_to_object(cfg.get("hardware"), "hardware config"),
         data_dir=Path(cfg.paths.data_dir),
         out_dir=Path(out_dir) if out_dir else Path(cfg.paths.results_dir) / exp.paper,
         cfg=cfg,
-        checkpoint_dir=(Path(cfg.paths.checkpoint_dir) / exp.paper / f"{exp.name}-{chash}"
+        checkpoint_dir=(Path(cfg.paths.checkpoint_dir) / exp.paper / f"{exp.name}-{spec.config_hash}"
                         if cfg.paths.get("checkpoint_dir") else None),
+        cache=cache if cache is not None else RunCache(),
     )
-    ctx.progress.label = f"{exp.paper}/{exp.name}"
-    return ctx, chash
+    ctx.progress.label = spec.label
+    return ctx
 
 
 def experiments_of(paper: str, conf_dir: Path | str | None = None) -> list[str]:
@@ -343,6 +435,6 @@ def papers_in_conf(conf_dir: Path | str | None = None) -> list[str]:
 
 
 __all__ = [
-    "CONF_DIR", "ConfigError", "build_context", "compose", "experiment_node", "experiments_of",
-    "paper_modules", "papers_in_conf", "policy_node", "repo_root", "run_hash",
+    "CONF_DIR", "ConfigError", "RunSpec", "build_context", "compose", "compose_run", "experiment_node",
+    "experiments_of", "paper_modules", "papers_in_conf", "policy_node", "repo_root", "resolve_ref",
 ]

@@ -38,8 +38,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from common.repro.config import (
     CONF_DIR,
+    RunSpec,
     check_experiment_found,
-    experiment_node,
     pin_explicit_overrides,
     register_paper_schemas,
     validate,
@@ -59,11 +59,13 @@ class KnownFailure(CompactHydraException):
     the exit status Hydra gives it (1) into 2. Picklable (one string), so it comes back from joblib/submitit jobs."""
 
 
-def effective_config(cfg: DictConfig) -> DictConfig:
-    """``cfg`` as it will run: ``experiment`` replaced by its profile-merged node (command-line values pinned)."""
-    out = cfg.copy()
+def effective_config(spec: RunSpec) -> DictConfig:
+    """The config as it will run: ``experiment`` replaced by its profile-merged node (command-line values pinned)."""
+    out = spec.cfg.copy()
+    OmegaConf.set_readonly(out, False)
     with open_dict(out):
-        out.experiment = experiment_node(cfg)
+        out.experiment = spec.experiment.copy()
+    OmegaConf.set_readonly(out.experiment, False)
     return out
 
 
@@ -125,16 +127,18 @@ def _task(cfg: DictConfig) -> str:
     hc = HydraConfig.get()
     check_experiment_found(cfg, hc.runtime.choices.get("experiment"))
     pin_explicit_overrides(cfg, list(hc.overrides.task))
-    validate(cfg)
-    exp = experiment_node(cfg)  # ConfigError when no experiment is selected
+    spec = validate(cfg)
+    if spec.experiment is None:
+        raise ConfigError("no experiment selected: pass experiment=<paper>/<name> (see ./reproduce.sh --list)")
+    exp = spec.experiment
     if _SHOW_JOB_CONFIG:
-        print(OmegaConf.to_yaml(effective_config(cfg), resolve=False), end="")
+        print(OmegaConf.to_yaml(effective_config(spec), resolve=False), end="")
         return ""
     out, force = output_dir(cfg, hc.runtime.output_dir)
     enable_compile_cache(Path(work_root()))
     label = f"{exp.paper}/{exp.name}"
     try:
-        status, path, secs = run_experiment(cfg, out, force=force, log=log.info)
+        status, path, secs = run_experiment(spec, out, force=force, log=log.info)
     except KeyboardInterrupt:
         print(interrupted_line(label, out, cfg.paths.get("checkpoint_dir")), file=sys.stderr, flush=True)
         raise SystemExit(130) from None

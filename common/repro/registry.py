@@ -1,14 +1,16 @@
-"""Experiment registry and the context an experiment function receives.
+"""The context an experiment function receives, and the legacy decorator registry.
 
-A paper registers each experiment once::
+An experiment is registered in its YAML (``fn:`` and ``params_class:``, see :mod:`common.repro.config`); its
+function takes a :class:`RunContext`, returns rows in the long format of :mod:`common.repro.results` (the runner
+adds paper, experiment and provenance columns) and may save figures with :meth:`RunContext.save_figure`.
+
+Papers not yet moved to ``fn:`` still register with the decorator below (looked up by ``(paper, name)``, the name
+matching ``conf/experiment/<paper>/<name>.yaml``); it is used only when the YAML names no ``fn``, and goes once
+every paper names its functions in YAML::
 
     @experiment("swallow", "headline", params=HeadlineParams)
     def headline(ctx: RunContext) -> pd.DataFrame:
         ...
-
-The runner looks experiments up by ``(paper, name)``; the name matches ``conf/experiment/<paper>/<name>.yaml``.
-The function returns rows in the long format of :mod:`common.repro.results` (the runner adds paper, experiment and
-provenance columns) and may save figures with :meth:`RunContext.save_figure`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
+from common.repro.cache import RunCache
 from common.repro.progress import Progress
 
 
@@ -81,6 +84,8 @@ class RunContext:
       checkpoint_dir: where long trainings keep resumable state for *this* configuration (it contains the config
         hash, so a changed config never resumes stale state); ``None`` turns checkpointing off. See
         :meth:`checkpointer`.
+      cache: the run-scoped :class:`common.repro.cache.RunCache` shared with the other experiments of this run
+        (tasks, compiled trainers, trained agents), in place of module-level caches.
     """
 
     paper: str
@@ -98,6 +103,7 @@ class RunContext:
     progress: Progress = dataclasses.field(default_factory=Progress)
     figures: list[Path] = dataclasses.field(default_factory=list)
     checkpoint_dir: Path | None = None
+    cache: RunCache = dataclasses.field(default_factory=RunCache)
 
     def seeds(self) -> np.ndarray:
         return np.arange(self.seed, self.seed + self.num_seeds, dtype=np.int64)

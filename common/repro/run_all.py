@@ -25,10 +25,8 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from omegaconf import DictConfig
-
-from common.repro import registry
-from common.repro.config import build_context, compose, experiments_of, papers_in_conf
+from common.repro.cache import RunCache
+from common.repro.config import RunSpec, build_context, compose, compose_run, experiments_of, papers_in_conf
 from common.repro.errors import ClaimsSchemaError, ConfigError, ResultSchemaError, RunLockedError, did_you_mean
 from common.repro.freshness import code_fingerprint, status, write_manifest
 from common.repro.progress import console_logging, fmt_seconds
@@ -70,20 +68,21 @@ def result_lock(path: Path):
         os.close(fd)  # releases the lock; the lock file stays (removing it would race a waiting writer)
 
 
-def run_experiment(cfg: DictConfig, out_dir: Path | None = None, force: bool = False,
-                   log=print) -> tuple[str, Path, float]:
-    """Run the experiment selected in ``cfg``; returns (status, csv path, seconds). status: ran | skipped."""
-    ctx, chash = build_context(cfg, out_dir)
+def run_experiment(spec: RunSpec, out_dir: Path | None = None, force: bool = False, log=print,
+                   cache: RunCache | None = None) -> tuple[str, Path, float]:
+    """Run the experiment of ``spec`` (with the run-scoped ``cache`` shared across this run's experiments);
+    returns (status, csv path, seconds). status: ran | skipped."""
+    ctx = build_context(spec, out_dir, cache)
     path = ctx.out_dir / f"{ctx.experiment}.csv"
     with result_lock(path):
-        return _run_locked(cfg, ctx, chash, path, force, log)
+        return _run_locked(spec, ctx, path, force, log)
 
 
-def _run_locked(cfg, ctx, chash, path, force, log):
+def _run_locked(spec: RunSpec, ctx, path, force, log):
+    cfg, chash = spec.cfg, spec.config_hash
     code, n_files = code_fingerprint(cfg.paths.root, cfg.paper.module)
     if not force and status(path, config_hash=chash, code_hash=code, profile=ctx.profile).reusable:
         return "skipped", path, 0.0
-    spec = registry.lookup(ctx.paper, ctx.experiment)
     t0 = time.monotonic()
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     rows = spec.fn(ctx)
@@ -203,15 +202,16 @@ def _main(args) -> int:
               "marked -dirty and show as stale until rerun on a clean commit", file=sys.stderr, flush=True)
     failures: list[str] = []
     crashed = False
+    cache = RunCache()  # shared by the experiments of this run (tasks, compiled trainers, trained agents)
     t_all = time.monotonic()
     print(f"== {len(plan)} experiments, profile={args.profile}, results in {results_dir}", flush=True)
     for i, (paper, name) in enumerate(plan, 1):
         label = f"[{i}/{len(plan)}] {paper}/{name}"
         print(f"{label}: start (elapsed {fmt_seconds(time.monotonic() - t_all)})", flush=True)
         try:
-            cfg = compose([f"experiment={paper}/{name}", f"profile={args.profile}", *args.override],
-                          conf_dir=args.conf_dir)
-            status_, path, secs = run_experiment(cfg, results_dir / paper, force=args.force)
+            spec = compose_run([f"experiment={paper}/{name}", f"profile={args.profile}", *args.override],
+                               conf_dir=args.conf_dir)
+            status_, path, secs = run_experiment(spec, results_dir / paper, force=args.force, cache=cache)
         except KeyboardInterrupt:
             done = i - 1
             print(f"\n{label}: interrupted. {done}/{len(plan)} experiments finished and saved in {results_dir}; "

@@ -111,12 +111,15 @@ class ProfileConfig:
 class ExperimentConfig:
     """One paper artefact (a table or figure), ``conf/experiment/<paper>/<name>.yaml``.
 
-    ``params`` are checked against the params dataclass the experiment registered; ``profiles.<name>`` holds
-    overrides merged over this node when that profile is active (e.g. ``profiles.smoke.params.steps: 50``).
+    ``fn`` names the experiment function (``package.module:name``, inside the paper's package) and
+    ``params_class`` the dataclass its ``params`` are checked against; ``profiles.<name>`` holds overrides merged
+    over this node when that profile is active (e.g. ``profiles.smoke.params.steps: 50``).
     """
 
     name: str = MISSING
     paper: str = MISSING
+    fn: str | None = None
+    params_class: str | None = None
     title: str = ""
     policies: list[str] = field(default_factory=list)
     num_seeds: int = "${profile.num_seeds}"  # type: ignore[assignment]

@@ -9,16 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from common.repro.config import compose, experiments_of, run_hash
+from common.repro.config import compose_run, experiments_of
 from common.repro.freshness import Freshness, code_fingerprint, status
 
 
 def experiment_status(paper: str, name: str, results_dir: Path, profile: str = "default",
                       overrides: Sequence[str] = (), conf_dir: Path | None = None) -> Freshness:
     """Freshness of ``<results_dir>/<paper>/<name>.csv`` against the run ``profile`` would make now."""
-    cfg = compose([f"experiment={paper}/{name}", f"profile={profile}", *overrides], conf_dir=conf_dir)
-    code, _ = code_fingerprint(cfg.paths.root, cfg.paper.module)
-    return status(Path(results_dir) / paper / f"{name}.csv", config_hash=run_hash(cfg), code_hash=code,
+    spec = compose_run([f"experiment={paper}/{name}", f"profile={profile}", *overrides], conf_dir=conf_dir)
+    code, _ = code_fingerprint(spec.cfg.paths.root, spec.cfg.paper.module)
+    return status(Path(results_dir) / paper / f"{name}.csv", config_hash=spec.config_hash, code_hash=code,
                   profile=profile)
 
 

@@ -11,7 +11,7 @@ import time
 import pandas as pd
 import pytest
 
-from common.repro.config import build_context, compose
+from common.repro.config import build_context, compose, compose_run
 from common.repro.errors import ConfigError, ResultSchemaError
 from common.repro.results import PROVENANCE_COLUMNS, RESULT_COLUMNS, metric_rows, to_frame
 from common.repro.run_all import main as run_all
@@ -19,18 +19,16 @@ from tests.conftest import ROOT, interrupt_when_started, write
 
 
 def test_compose_applies_profile_overrides(toy_conf):
-    cfg = compose(["experiment=toy/costs", "profile=smoke"], conf_dir=toy_conf)
-    ctx, chash = build_context(cfg)
+    spec = compose_run(["experiment=toy/costs", "profile=smoke"], conf_dir=toy_conf)
+    ctx = build_context(spec)
     assert ctx.num_seeds == 3 and list(ctx.seeds()) == [0, 1, 2]
     assert list(ctx.policies) == ["fast", "slow"]
-    cfg2 = compose(["experiment=toy/costs", "profile=default"], conf_dir=toy_conf)
-    ctx2, chash2 = build_context(cfg2)
-    assert ctx2.num_seeds == 5 and chash2 != chash
+    spec2 = compose_run(["experiment=toy/costs", "profile=default"], conf_dir=toy_conf)
+    assert build_context(spec2).num_seeds == 5 and spec2.config_hash != spec.config_hash
 
 
 def test_policy_override_runs_only_that_policy(toy_conf):
-    cfg = compose(["experiment=toy/costs", "policy=toy/slow"], conf_dir=toy_conf)
-    ctx, _ = build_context(cfg)
+    ctx = build_context(compose_run(["experiment=toy/costs", "policy=toy/slow"], conf_dir=toy_conf))
     assert list(ctx.policies) == ["slow"]
 
 
@@ -47,17 +45,14 @@ def test_bad_config_fails_at_compose(toy_conf, override, needle):
 
 
 def test_policy_nodes_are_memoised_per_file_version(toy_conf):
-    cfg = compose(["experiment=toy/costs"], conf_dir=toy_conf)
-    a, b = build_context(cfg)[0].cfg, build_context(cfg)[0].cfg
-    from common.repro.config import policy_configs
-
-    first, again = policy_configs(a), policy_configs(b)
+    first = compose_run(["experiment=toy/costs"], conf_dir=toy_conf).policies
+    again = compose_run(["experiment=toy/costs", "profile=smoke"], conf_dir=toy_conf).policies
     assert first["fast"] is again["fast"]  # composed once
     with pytest.raises(Exception, match="read-only"):  # shared, so nobody may change it
         first["fast"].name = "changed"
     p = toy_conf / "policy/toy/fast.yaml"
     p.write_text(p.read_text().replace("name: fast", "name: quick"))
-    assert list(policy_configs(compose(["experiment=toy/costs"], conf_dir=toy_conf))) == ["quick", "slow"]
+    assert list(compose_run(["experiment=toy/costs"], conf_dir=toy_conf).policies) == ["quick", "slow"]
 
 
 def test_typo_in_yaml_file_fails_at_compose(toy_conf):
@@ -151,11 +146,11 @@ def test_kill_midway_then_rerun_loses_nothing(toy_conf, tmp_path):
 
 
 def test_command_line_beats_the_profile(toy_conf):
-    smoke = compose(["experiment=toy/costs", "profile=smoke"], conf_dir=toy_conf)
-    assert build_context(smoke)[0].num_seeds == 3  # the profile's value
-    ctx, chash = build_context(compose(["experiment=toy/costs", "profile=smoke", "experiment.num_seeds=2"],
-                                       conf_dir=toy_conf))
-    assert ctx.num_seeds == 2 and chash != build_context(smoke)[1]  # explicit value wins, and is a new config
+    smoke = compose_run(["experiment=toy/costs", "profile=smoke"], conf_dir=toy_conf)
+    assert build_context(smoke).num_seeds == 3  # the profile's value
+    pinned = compose_run(["experiment=toy/costs", "profile=smoke", "experiment.num_seeds=2"], conf_dir=toy_conf)
+    assert build_context(pinned).num_seeds == 2  # explicit value wins
+    assert pinned.config_hash != smoke.config_hash  # and is a new config
     with pytest.raises(ConfigError, match="num_seeds"):  # and is type-checked, not silently dropped
         compose(["experiment=toy/costs", "profile=smoke", "experiment.num_seeds=abc"], conf_dir=toy_conf)
 
@@ -214,7 +209,7 @@ def test_figures_say_profile_seeds_and_ci_and_whiskers_stay_non_negative(toy_con
     eb = next(c for c in ax[0, 0].containers if isinstance(c, ErrorbarContainer))
     err = eb.lines[2][0].get_segments()
     assert min(seg[:, 1].min() for seg in err) == 0.0
-    ctx, _ = build_context(compose(["experiment=toy/costs", "profile=smoke"], conf_dir=toy_conf), out_dir=tmp_path)
+    ctx = build_context(compose_run(["experiment=toy/costs", "profile=smoke"], conf_dir=toy_conf), out_dir=tmp_path)
     seen = {}
     orig = plt.Figure.savefig
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.repro.config import ConfigError, build_context, compose
+from common.repro.config import ConfigError, build_context, compose, compose_run
 from papers.fedfoa.federation import ConfigurationError
 from papers.fedfoa.runner import make_shape, policy_knobs
 
@@ -16,8 +16,7 @@ def test_mismatched_projector_dims_fail_at_compose():
 
 
 def test_fedavg_on_heterogeneous_federation_fails_before_training():
-    cfg = compose(["experiment=fedfoa/hetero", "profile=smoke"])
-    ctx, _ = build_context(cfg)
+    ctx = build_context(compose_run(["experiment=fedfoa/hetero", "profile=smoke"]))
     shape = make_shape(ctx.hardware, ctx.params, 3, kd_path=True)
     fedavg = compose(["policy=fedfoa/fedavg"]).policy
     from omegaconf import OmegaConf

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from common.repro.checkpoint import Checkpointer
-from common.repro.config import build_context, compose
+from common.repro.config import build_context, compose_run
 from papers.fedfoa import relation
 from papers.fedfoa.federation import (
     ConfigurationError,
@@ -32,8 +32,7 @@ from tests.fixtures.dying_checkpointer import DiesAfterFirstSave, Killed
 @pytest.fixture(scope="module")
 def setup():
     # headline has no public set (n_public = 0); the KD path needs one, as in `hetero`
-    cfg = compose(["experiment=fedfoa/headline", "profile=smoke", "experiment.params.n_public=64"])
-    ctx, _ = build_context(cfg)
+    ctx = build_context(compose_run(["experiment=fedfoa/headline", "profile=smoke", "experiment.params.n_public=64"]))
     p = ctx.params
     shape = make_shape(ctx.hardware, p, 3, kd_path=True)
     rng = np.random.default_rng(0)

@@ -1,0 +1,87 @@
+"""A run-scoped cache for what several experiments of one run share: loaded tasks, compiled trainers, trained agents.
+
+One :class:`RunCache` lives as long as one run (a ``run_all`` process or one ``main.py`` job) and reaches every
+experiment as ``ctx.cache``. It replaces module-level caches: its lifetime is explicit, and every entry is keyed by
+a hash of the *configuration that built it* (:func:`cache_key`: dataclasses, mappings, sequences, arrays, paths and
+functions, read field by field), so a changed configuration can never be served a value built from an old one::
+
+    task = ctx.cache.get("petrel.task", (params.dataset, params.n_train), lambda: load_task(...))
+
+Values are built outside the lock (two threads asking for the same missing key may both build it; the first one
+stored wins and both get it), so a slow build does not block unrelated lookups.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import PurePath
+from typing import Any, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+
+def _canonical(x: Any) -> Any:
+    """A nested tuple of primitives that equal configurations map to, and different ones do not."""
+    if x is None or isinstance(x, (bool, int, float, str, bytes)):
+        return (type(x).__name__, x)
+    if isinstance(x, enum.Enum):
+        return ("enum", type(x).__qualname__, x.name)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return ("dc", f"{type(x).__module__}.{type(x).__qualname__}",
+                tuple((f.name, _canonical(getattr(x, f.name))) for f in dataclasses.fields(x)))
+    if isinstance(x, Mapping):
+        return ("map", tuple(sorted((repr(_canonical(k)), _canonical(v)) for k, v in x.items())))
+    if isinstance(x, (list, tuple)):
+        return ("seq", tuple(_canonical(v) for v in x))
+    if isinstance(x, (set, frozenset)):
+        return ("set", tuple(sorted(repr(_canonical(v)) for v in x)))
+    if isinstance(x, np.generic):
+        return ("np", x.dtype.str, x.item())
+    if isinstance(x, np.ndarray) or type(x).__module__.startswith("jax"):
+        a = np.asarray(x)
+        return ("nd", a.dtype.str, a.shape, hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest())
+    if isinstance(x, PurePath):
+        return ("path", str(x))
+    if callable(x) and hasattr(x, "__qualname__") and hasattr(x, "__module__"):
+        return ("fn", x.__module__, x.__qualname__)
+    raise TypeError(f"cache_key: cannot key on a {type(x).__name__}; pass the configuration that determines it")
+
+
+def cache_key(config: Any) -> str:
+    """A stable hex digest of ``config`` (see :func:`_canonical`); raises TypeError for an object it cannot read."""
+    return hashlib.sha256(repr(_canonical(config)).encode()).hexdigest()[:24]
+
+
+class RunCache:
+    """Values shared across the experiments of one run, keyed by ``(kind, cache_key(config))``."""
+
+    def __init__(self) -> None:
+        self._store: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, kind: str, config: Any, build: Callable[[], T]) -> T:
+        """The value of ``kind`` for ``config``, calling ``build()`` the first time this run asks for it."""
+        key = (kind, cache_key(config))
+        with self._lock:
+            if key in self._store:
+                self.hits += 1
+                return self._store[key]
+            self.misses += 1
+        value = build()
+        with self._lock:
+            return self._store.setdefault(key, value)
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def __contains__(self, kind_config: tuple[str, Any]) -> bool:
+        kind, config = kind_config
+        return (kind, cache_key(config)) in self._store

@@ -1,0 +1,157 @@
+"""Experiment registration in YAML (``fn``, ``params_class``), one compose per experiment, and the run-scoped cache."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from common.repro import config as config_mod
+from common.repro.cache import RunCache, cache_key
+from common.repro.config import ConfigError, compose_run
+from common.repro.run_all import run_experiment
+from tests.conftest import write
+
+TOY = "tests.fixtures.toy_paper.experiments"
+
+
+def _experiment(conf, name: str, extra: str) -> None:
+    path = write(conf / f"experiment/toy/{name}.yaml", f"""
+        # @package _global_
+        defaults:
+          - /schema/experiment/default@experiment
+          - override /paper: toy
+          - _self_
+        experiment:
+          name: {name}
+          paper: toy
+          policies: [fast]
+    """)
+    path.write_text(path.read_text() + extra)
+
+
+def test_fn_in_yaml_names_the_function_and_its_params(toy_conf):
+    from tests.fixtures.toy_paper.experiments import ToyParams, costs
+
+    spec = compose_run(["experiment=toy/costs"], conf_dir=toy_conf)
+    assert spec.fn is costs and isinstance(spec.params, ToyParams)
+    assert spec.params.scale == 1.0 and spec.label == "toy/costs"
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ("  fn: common.repro.cache:cache_key\n", "outside the paper's package"),       # fingerprint would miss it
+    (f"  fn: {TOY}:cots\n", "did you mean 'costs'"),                                # typo in the name
+    ("  fn: tests.fixtures.toy_paper.nope:costs\n", "cannot import"),              # typo in the module
+    (f"  fn: {TOY}.costs\n", "package.module:name"),                                # no colon
+    (f"  fn: {TOY}:ToyParams\n  params_class: {TOY}:costs\n", "not a dataclass"),  # swapped
+    (f"  params_class: {TOY}:ToyParams\n", "params_class is set but fn is not"),
+    (f"  fn: {TOY}:costs\n  params:\n    scael: 2\n", "scael"),                     # params checked by the class
+    (f"  fn: {TOY}:costs\n  params_class: null\n  params:\n    scale: 2\n", "takes no params"),
+])
+def test_bad_registration_is_a_clear_error_at_compose(toy_conf, extra, needle):
+    _experiment(toy_conf, "reg", extra)
+    with pytest.raises(ConfigError, match=needle):
+        compose_run(["experiment=toy/reg"], conf_dir=toy_conf)
+
+
+def test_an_unset_fn_hashes_as_if_the_key_did_not_exist(toy_conf):
+    """Declaring ``fn``/``params_class`` in the schema must not change the stored hash of an experiment that sets
+    neither (papers still on the decorator keep their fresh results); setting one is a new config."""
+    spec = compose_run(["experiment=toy/slow"], conf_dir=toy_conf)
+    text = config_mod.resolved_for_hash(spec.cfg, spec.policies, spec.experiment)
+    assert "fn:" not in text and "params_class" not in text
+    costs = compose_run(["experiment=toy/costs"], conf_dir=toy_conf)
+    assert f"fn: {TOY}:costs" in config_mod.resolved_for_hash(costs.cfg, costs.policies, costs.experiment)
+
+
+def test_one_experiment_composes_once_and_merges_its_node_once(toy_conf, tmp_path, monkeypatch):
+    """Composing and running one experiment: one Hydra compose for the experiment, one per policy file the process
+    has not composed yet (memoised), one merge of the experiment node, params built once; the run itself composes
+    nothing."""
+    calls = {"compose": 0, "merge": 0, "params": 0}
+
+    def counting(name, fn):
+        def wrapped(*a, **k):
+            calls[name] += 1
+            return fn(*a, **k)
+        return wrapped
+
+    monkeypatch.setattr(config_mod, "hydra_compose", counting("compose", config_mod.hydra_compose))
+    monkeypatch.setattr(config_mod, "experiment_node", counting("merge", config_mod.experiment_node))
+    monkeypatch.setattr(config_mod, "_params", counting("params", config_mod._params))
+    config_mod._policy_node.cache_clear()
+    spec = compose_run(["experiment=toy/costs", "profile=smoke"], conf_dir=toy_conf)
+    assert calls == {"compose": 1 + 2, "merge": 1, "params": 1}  # the experiment, then its two policies
+    run_experiment(spec, tmp_path, log=lambda *_: None)
+    assert calls == {"compose": 3, "merge": 1, "params": 1}
+    compose_run(["experiment=toy/costs", "profile=default"], conf_dir=toy_conf)
+    assert calls["compose"] == 4  # policies are memoised across experiments
+
+
+def test_run_spec_is_read_only(toy_conf):
+    spec = compose_run(["experiment=toy/costs"], conf_dir=toy_conf)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.fn = None  # type: ignore[misc]
+    with pytest.raises(Exception, match="read-only"):
+        spec.experiment.num_seeds = 99
+    with pytest.raises(Exception, match="read-only"):
+        spec.cfg.profile.num_seeds = 99
+
+
+@dataclasses.dataclass(frozen=True)
+class _Conf:
+    n: int
+    rates: tuple[float, ...] = (1.0, 2.0)
+
+
+def test_cache_key_separates_configs_and_equates_equal_ones():
+    assert cache_key(_Conf(3)) == cache_key(_Conf(3))
+    assert cache_key(_Conf(3)) != cache_key(_Conf(4))
+    assert cache_key(_Conf(3, (1.0, 2.0))) != cache_key(_Conf(3, (1.0, 2.5)))
+    assert cache_key({"a": 1, "b": 2}) == cache_key({"b": 2, "a": 1})  # mapping order does not matter
+    assert cache_key([1, 2]) != cache_key([2, 1])  # sequence order does
+    a = np.arange(2000, dtype=np.float32)
+    b = a.copy()
+    b[1500] += 1  # beyond what repr() of an array would print
+    assert cache_key(a) == cache_key(a.copy()) and cache_key(a) != cache_key(b)
+    assert cache_key(1) != cache_key(1.0) != cache_key("1")
+    assert cache_key(np.float32(1.5)) != cache_key(np.float64(1.5))
+
+
+def test_cache_key_refuses_what_it_cannot_read():
+    with pytest.raises(TypeError, match="cannot key on a object"):
+        cache_key(object())
+
+
+def test_run_cache_builds_once_per_kind_and_config():
+    cache, built = RunCache(), []
+
+    def build(x):
+        built.append(x)
+        return [x]
+
+    v1 = cache.get("task", _Conf(1), lambda: build(1))
+    v2 = cache.get("task", _Conf(1), lambda: build(1))
+    v3 = cache.get("task", _Conf(2), lambda: build(2))
+    v4 = cache.get("agent", _Conf(1), lambda: build(1))
+    assert v1 is v2 and v3 == [2] and v4 is not v1
+    assert built == [1, 2, 1] and (cache.hits, cache.misses, len(cache)) == (1, 3, 3)
+    assert ("task", _Conf(2)) in cache and ("task", _Conf(5)) not in cache
+
+
+def test_run_all_shares_one_cache_across_the_experiments_of_a_run(toy_conf, tmp_path, monkeypatch):
+    """Every experiment of one run_all process gets the same RunCache."""
+    from common.repro import run_all
+
+    seen = []
+    orig = run_all.build_context
+
+    def spy(spec, out_dir=None, cache=None):
+        seen.append(cache)
+        return orig(spec, out_dir, cache)
+
+    monkeypatch.setattr(run_all, "build_context", spy)
+    rc = run_all.main(["toy", "--profile", "smoke", "--conf-dir", str(toy_conf), "--results-dir", str(tmp_path),
+                       "--no-claims", "--override", "experiment.params.sleep_s=0"])
+    assert rc == 0 and len(seen) == 2 and seen[0] is seen[1] and isinstance(seen[0], RunCache)
