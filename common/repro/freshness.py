@@ -38,6 +38,7 @@ NOT_FINGERPRINTED = (
     "common.repro.main", "common.repro.plots", "common.repro.progress", "common.repro.registry",
     "common.repro.report", "common.repro.results", "common.repro.run_all", "common.repro.schema",
     "common.repro.stats", "common.repro.__init__", "common.repro",
+    "common.repro.bench", "common.repro.cache",  # timing harness; reuse of values keyed by their config
 )
 TOP_PACKAGES = ("common", "papers")
 
