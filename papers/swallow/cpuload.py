@@ -8,7 +8,6 @@ time: the first 70 % trains the speed predictor, the next 10 % validates it, and
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +46,6 @@ def fill_gaps(x: np.ndarray) -> np.ndarray:
     return np.clip(out, 0.0, 100.0)
 
 
-@functools.cache
 def load_cpu_trace(data_dir: str, source: str = "bitbrains") -> CpuTrace:
     if source not in SOURCES:
         raise ValueError(f"unknown CPU trace {source!r}; known: {sorted(SOURCES)}")

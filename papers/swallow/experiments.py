@@ -7,7 +7,6 @@ them through :func:`papers.swallow.sim.simulate_many` (one configuration per cor
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,51 +14,45 @@ from pathlib import Path
 
 import numpy as np
 
-from common.repro import RunContext, experiment, metric_rows
+from common.repro import RunContext, metric_rows
 from common.repro.plots import cdf, figure, lines_with_ci
 from common.traces import load_trace
 from papers.swallow import codecs, cpuload, jobs, sim
+from papers.swallow.flows import BIN_NAMES, Conventions, FlowTable, build_flow_table
 from papers.swallow.predictor import (
     CANDIDATES,
     GruConfig,
+    Trained,
     evaluate,
     predict,
     select_on_validation,
     split_errors,
-    train_predictor,
     train_predictors,
 )
 from papers.swallow.schemas import (
-    AblationParams,
-    BandwidthParams,
     ClockConfig,
     CoflowFabric,
-    CpuParams,
-    HeadlineParams,
-    ParityParams,
-    PredictorParams,
     SwallowPolicy,
 )
-from papers.swallow.workload import BIN_NAMES, Conventions, FlowTable, build_flow_table
 
 # ----------------------------------------------------------------------------------------------- setup
 
 
-@functools.cache
-def _flow_table(data_dir: str, trace_file: str, mb_bytes: float, mb_round: str, max_coflows: int | None) -> FlowTable:
-    from common.traces import load_coflow_trace
-
-    return build_flow_table(load_coflow_trace(Path(data_dir) / trace_file),
-                            Conventions(mb_bytes=mb_bytes, mb_round=mb_round), max_coflows)
-
-
 def flow_table(ctx: RunContext, max_coflows: int | None) -> FlowTable:
+    """The trace's flow table under the hardware's clock conventions (built once per run, see ``ctx.cache``)."""
     hw: CoflowFabric = ctx.hardware
     if ctx.trace.loader != "coflow_benchmark":
         load_trace(ctx.trace, ctx.data_dir)  # fails with the loader's message
         raise ValueError(f"swallow needs a coflow_benchmark trace, got loader {ctx.trace.loader!r}")
-    return _flow_table(str(ctx.data_dir), ctx.trace.files["trace"], hw.clock.mb_bytes, hw.clock.mb_round,
-                       max_coflows)
+    path = Path(ctx.data_dir) / ctx.trace.files["trace"]
+    conv = Conventions(mb_bytes=hw.clock.mb_bytes, mb_round=hw.clock.mb_round)
+
+    def build() -> FlowTable:
+        from common.traces import load_coflow_trace
+
+        return build_flow_table(load_coflow_trace(path), conv, max_coflows)
+
+    return ctx.cache.get("swallow.flow_table", (path, conv, max_coflows), build)
 
 
 def static_for(hw: CoflowFabric, pol: SwallowPolicy) -> sim.Static:
@@ -79,27 +72,37 @@ class Setting:
     codec: str  # lz4 | snappy | zstd | lz4_readme
 
 
-@functools.cache
-def _cpu_window(data_dir: str, source: str, num_ports: int, length: int, history: int, seed: int):
-    return cpuload.port_window(cpuload.load_cpu_trace(data_dir, source), num_ports, length, history, seed)
+def cpu_trace(ctx: RunContext, source: str) -> cpuload.CpuTrace:
+    """The hosts' CPU-load trace ``source`` (loaded once per run)."""
+    return ctx.cache.get("swallow.cpu_trace", (ctx.data_dir, source),
+                         lambda: cpuload.load_cpu_trace(str(ctx.data_dir), source))
 
 
-@functools.cache
-def _predicted(data_dir: str, source: str, num_ports: int, length: int, seed: int, method: str,
+def predictors(ctx: RunContext, source: str, cfg: GruConfig, seeds: tuple[int, ...]) -> tuple[Trained, ...]:
+    """One trained CPU-load predictor per seed (trained once per run and configuration)."""
+    return ctx.cache.get("swallow.predictors", (ctx.data_dir, source, cfg, seeds),
+                         lambda: train_predictors(cpu_trace(ctx, source), cfg, seeds))
+
+
+def _cpu_window(ctx: RunContext, source: str, num_ports: int, length: int, history: int, seed: int):
+    return ctx.cache.get("swallow.cpu_window", (ctx.data_dir, source, num_ports, length, history, seed),
+                         lambda: cpuload.port_window(cpu_trace(ctx, source), num_ports, length, history, seed))
+
+
+def _predicted(ctx: RunContext, source: str, num_ports: int, length: int, seed: int, method: str,
                cfg: GruConfig) -> np.ndarray:
-    hist, win = _cpu_window(data_dir, source, num_ports, length, cfg.window, seed)
-    if method == "none":
-        return np.zeros_like(win)
-    tr = train_predictor(data_dir, source, cfg)
-    if method == "validated":
-        method = _validated(data_dir, source, cfg)
-    return predict(method, tr, hist, win)
+    """The scheduler's CPU-load forecast over a seed's window: ``method`` none | gru | ewma | last | oracle |
+    validated (the candidate picked on the validation split, see predictor.select_on_validation)."""
 
+    def build() -> np.ndarray:
+        hist, win = _cpu_window(ctx, source, num_ports, length, cfg.window, seed)
+        if method == "none":
+            return np.zeros_like(win)
+        (tr,) = predictors(ctx, source, cfg, (cfg.seed,))
+        m = select_on_validation(tr, cpu_trace(ctx, source)) if method == "validated" else method
+        return predict(m, tr, hist, win)
 
-@functools.cache
-def _validated(data_dir: str, source: str, cfg: GruConfig) -> str:
-    """The forecaster picked on the validation split for this CPU trace (see predictor.select_on_validation)."""
-    return select_on_validation(train_predictor(data_dir, source, cfg), cpuload.load_cpu_trace(data_dir, source))
+    return ctx.cache.get("swallow.predicted", (ctx.data_dir, source, num_ports, length, seed, method, cfg), build)
 
 
 def codec_numbers(data_dir: Path, hw: CoflowFabric, codec: str, num_coflows: int = 1,
@@ -122,17 +125,18 @@ def codec_numbers(data_dir: Path, hw: CoflowFabric, codec: str, num_coflows: int
     return np.array([min(r, 1.0)]), np.array([s])
 
 
-def params_for(ctx: RunContext, ft: FlowTable, pol: SwallowPolicy, x: Setting) -> sim.Params:
+def sim_params(ctx: RunContext, ft: FlowTable, pol: SwallowPolicy, x: Setting) -> sim.Params:
+    """The simulator's inputs for one setting: link rate, the hosts' CPU series and forecast, codec numbers."""
     hw: CoflowFabric = ctx.hardware
     gru = GruConfig(steps=getattr(ctx.params, "gru_steps", GruConfig.steps))
     P = ft.num_ports
-    hist, win = _cpu_window(str(ctx.data_dir), hw.cpu_trace, P, hw.cpu_window, gru.window, x.seed)
+    hist, win = _cpu_window(ctx, hw.cpu_trace, P, hw.cpu_window, gru.window, x.seed)
     free = 1.0 - win / 100.0
     C = ft.num_coflows
     kw = dict(ratio=np.ones(C), speed_Bps=np.zeros(C))  # one shape for every policy, so they batch together
     if pol.compress != "none":
         ratio, speed = codec_numbers(ctx.data_dir, hw, x.codec, C, x.seed)
-        pred = _predicted(str(ctx.data_dir), hw.cpu_trace, P, hw.cpu_window, x.seed, pol.predictor, gru)
+        pred = _predicted(ctx, hw.cpu_trace, P, hw.cpu_window, x.seed, pol.predictor, gru)
         kw = dict(compress=pol.compress, ratio=np.broadcast_to(ratio, C), speed_Bps=np.broadcast_to(speed, C),
                   cores=x.cores, cpu_pred=1.0 - pred / 100.0, pipelined=pol.pipelined)
     starve = math.inf if pol.starvation_s is None else pol.starvation_s * hw.clock.second_ms
@@ -144,7 +148,7 @@ def run_settings(ctx: RunContext, ft: FlowTable, settings: Sequence[Setting],
                  policies: dict[str, SwallowPolicy] | None = None) -> list[sim.Result]:
     """Simulate every setting (see :func:`sim.simulate_many`: one core per configuration on large traces)."""
     policies = policies or ctx.policies
-    jobs = [(static_for(ctx.hardware, policies[x.policy]), params_for(ctx, ft, policies[x.policy], x))
+    jobs = [(static_for(ctx.hardware, policies[x.policy]), sim_params(ctx, ft, policies[x.policy], x))
             for x in settings]
     ctx.progress.start(len(jobs), "simulations")
     return sim.simulate_many(ft, jobs, log=ctx.progress.log, on_result=lambda i: ctx.progress.update(
@@ -243,7 +247,6 @@ def parity_metrics(r: sim.Result, ref_finish_ms: np.ndarray) -> dict[str, tuple[
             "same_finish_as_coflowsim_pct": (100.0 * float(np.mean(r.finish_ms == ref_finish_ms)), "%")}
 
 
-@experiment("swallow", "coflowsim_parity", params=ParityParams)
 def coflowsim_parity(ctx: RunContext):
     """coflowsim's seven schedulers on the FB trace under its exact conventions (one deterministic run each)."""
     ft = flow_table(ctx, ctx.params.max_coflows)
@@ -264,7 +267,6 @@ def coflowsim_parity(ctx: RunContext):
     return rows
 
 
-@experiment("swallow", "headline", params=HeadlineParams)
 def headline(ctx: RunContext):
     """FVDF vs SEBF (and always-on compression, Aalo, Sincronia) at 1 Gbps: CCT, JCT, traffic."""
     ft = flow_table(ctx, ctx.params.max_coflows)
@@ -294,7 +296,6 @@ def headline(ctx: RunContext):
     return rows
 
 
-@experiment("swallow", "bandwidth_sweep", params=BandwidthParams)
 def bandwidth_sweep(ctx: RunContext):
     """CCT/JCT speed-up over SEBF and traffic cut as the port bandwidth goes from 100 Mbps to 10 Gbps."""
     ft = flow_table(ctx, ctx.params.max_coflows)
@@ -321,7 +322,6 @@ def bandwidth_sweep(ctx: RunContext):
     return rows
 
 
-@experiment("swallow", "cpu_sweep", params=CpuParams)
 def cpu_sweep(ctx: RunContext):
     """Speed-up over SEBF and traffic cut as the cores a host gives the compressor shrink (10 Gbps ports)."""
     ft = flow_table(ctx, ctx.params.max_coflows)
@@ -349,7 +349,6 @@ def cpu_sweep(ctx: RunContext):
     return rows
 
 
-@experiment("swallow", "ablation", params=AblationParams)
 def ablation(ctx: RunContext):
     """FVDF without pipelining, with other speed predictors, and with other codecs, where CPU is scarce."""
     ft = flow_table(ctx, ctx.params.max_coflows)
@@ -381,17 +380,16 @@ def ablation(ctx: RunContext):
     return rows
 
 
-@experiment("swallow", "predictor", params=PredictorParams)
 def predictor_accuracy(ctx: RunContext):
     """Next-sample CPU-load forecast error (test split) of the GRU, EWMA, last value and the oracle."""
     p = ctx.params
     rows = []
     for src in p.sources:
-        trace = cpuload.load_cpu_trace(str(ctx.data_dir), src)
+        trace = cpu_trace(ctx, src)
         per_seed: dict[str, dict[str, list[float]]] = {}
         cfg = GruConfig(window=p.window, hidden=p.hidden, steps=p.steps)
         seeds = tuple(int(s) for s in ctx.seeds())
-        for model in train_predictors(str(ctx.data_dir), src, cfg, seeds):
+        for model in predictors(ctx, src, cfg, seeds):
             ev = evaluate(model, trace, stride=p.eval_stride)
             val = split_errors(model, trace, "val", stride=p.eval_stride)
             pick = select_on_validation(model, trace, stride=p.eval_stride)
@@ -420,4 +418,4 @@ def _sweep_figure(ctx: RunContext, rows: list[dict], x: str, xlabel: str, name: 
     ctx.save_figure(fig, name)
 
 
-__all__ = ["Setting", "flow_table", "params_for", "run_settings"]
+__all__ = ["Setting", "flow_table", "run_settings", "sim_params"]

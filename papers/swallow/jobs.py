@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from papers.swallow.workload import FlowTable
+from papers.swallow.flows import FlowTable
 
 REF_PORT_BPS = 2.0**30  # the coflowsim "1 Gbps"
 DISK_BPS = 100e6  # per-host sequential disk bandwidth (stated assumption, see the module doc)

@@ -9,7 +9,6 @@ on the first 70 % of every series of the trace (``make_train(cfg) -> train(key)`
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from functools import partial
 
@@ -19,7 +18,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from papers.swallow.cpuload import CpuTrace, load_cpu_trace
+from papers.swallow.cpuload import CpuTrace
 
 PREDICTORS = ("oracle", "gru", "ewma", "last")
 CANDIDATES = ("gru", "ewma", "last")  # what a scheduler can actually run (the oracle is an upper bound only)
@@ -125,13 +124,10 @@ class Trained:
     losses: np.ndarray
 
 
-@functools.cache
-def train_predictors(data_dir: str, source: str, cfg: GruConfig = GruConfig(),
+def train_predictors(trace: CpuTrace, cfg: GruConfig = GruConfig(),
                      seeds: tuple[int, ...] = (0,)) -> tuple[Trained, ...]:
-    """Train one GRU per seed (vmapped, one program) on the train split; EWMA smoothing picked on validation.
-
-    Cached per process, so every experiment of a run shares the trained predictors."""
-    trace = load_cpu_trace(str(data_dir), source)
+    """Train one GRU per seed (vmapped, one program) on the train split of ``trace``; EWMA smoothing picked on
+    validation. Experiments share the result through the run cache (``ctx.cache``)."""
     graphdef, train = make_train(cfg, trace.split("train"))
     params, losses = jax.jit(jax.vmap(train))(jnp.stack([jax.random.key(s) for s in seeds]))
     Xv, yv = windows(trace.split("val"), cfg.window, stride=7)
@@ -139,11 +135,6 @@ def train_predictors(data_dir: str, source: str, cfg: GruConfig = GruConfig(),
     best = min(alphas, key=lambda a: float(np.mean(np.abs(ewma_predict(Xv, a) - yv))))
     return tuple(Trained(graphdef, jax.tree.map(lambda x, i=i: x[i], params), best, cfg.window,
                          np.asarray(losses[i])) for i in range(len(seeds)))
-
-
-def train_predictor(data_dir: str, source: str, cfg: GruConfig = GruConfig()) -> Trained:
-    """The scheduler's predictor: the model of seed ``cfg.seed``."""
-    return train_predictors(str(data_dir), source, cfg, (cfg.seed,))[0]
 
 
 def split_errors(tr: Trained, trace: CpuTrace, split: str, stride: int = 5) -> dict[str, dict[str, float]]:

@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from papers.swallow.workload import FlowTable
+from papers.swallow.flows import FlowTable
 
 KINDS = ("madd", "dark", "sincronia", "fair")
 POLICY_IDS = {"fifo": 0, "scf": 1, "ncf": 2, "lcf": 3, "sebf": 4, "fvdf": 5}

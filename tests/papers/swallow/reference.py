@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from papers.swallow.workload import FlowTable
+from papers.swallow.flows import FlowTable
 
 ZERO = 1e-3
 # DARK moves a coflow past a queue threshold only when its bytes sent exceed it by more than this fraction (0.01 B

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from common.traces import parse_coflow_text
 from common.traces.errors import TraceFormatError
 from papers.swallow import codecs, cpuload, jobs
+from papers.swallow.flows import build_flow_table
 from papers.swallow.predictor import ewma_predict, windows
-from papers.swallow.workload import build_flow_table
 from tests.conftest import DATA
 
 

@@ -12,7 +12,7 @@ import pytest
 from common.traces import load_coflow_trace
 from papers.swallow import sim
 from papers.swallow.experiments import coflowsim_reference, parity_metrics
-from papers.swallow.workload import Conventions, build_flow_table
+from papers.swallow.flows import Conventions, build_flow_table
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 KIND = {"aalo": "dark", "fair": "fair"}

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from common.traces import parse_coflow_text
 from papers.swallow import sim
-from papers.swallow.workload import MIB, build_flow_table
+from papers.swallow.flows import MIB, build_flow_table
 from tests.papers.swallow.reference import simulate_reference
 
 P = 150  # the FB fabric's port count, so every test shares the experiments' compiled programs

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from common.traces import TraceFormatError, load_coflow_trace, parse_coflow_text
+from papers.swallow.flows import MIB, Conventions, build_flow_table, varys_bin
 from papers.swallow.javarand import JavaRandom
-from papers.swallow.workload import MIB, Conventions, build_flow_table, varys_bin
 
 TINY = """4 3
 7 500 2 3 1 1 0:5
