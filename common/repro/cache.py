@@ -49,6 +49,9 @@ def _canonical(x: Any) -> Any:
     if isinstance(x, PurePath):
         return ("path", str(x))
     if callable(x) and hasattr(x, "__qualname__") and hasattr(x, "__module__"):
+        if "<locals>" in x.__qualname__ or "<lambda>" in x.__qualname__ or getattr(x, "__closure__", None):
+            # two closures of one definition share a name but not their captured values
+            raise TypeError(f"cache_key: cannot key on the closure {x.__qualname__}; key on what it captures")
         return ("fn", x.__module__, x.__qualname__)
     raise TypeError(f"cache_key: cannot key on a {type(x).__name__}; pass the configuration that determines it")
 

@@ -123,6 +123,13 @@ def test_cache_key_refuses_what_it_cannot_read():
     with pytest.raises(TypeError, match="cannot key on a object"):
         cache_key(object())
 
+    def make(k):
+        return lambda x: x * k
+
+    with pytest.raises(TypeError, match="closure"):  # make(1) and make(2) share a name, not their behaviour
+        cache_key(make(1))
+    assert cache_key(cache_key) == cache_key(cache_key)  # a module-level function is keyed by its name
+
 
 def test_run_cache_builds_once_per_kind_and_config():
     cache, built = RunCache(), []
