@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from common.repro.config import compose
+from common.repro.config import compose_run
 from common.repro.run_all import run_experiment
 
 # (paper, experiment, overrides): one small stochastic experiment per paper that trains or samples
@@ -22,9 +22,9 @@ CASES = [
 def test_same_seed_same_table(paper, exp, overrides, tmp_path):
     frames = []
     for run in ("a", "b"):
-        cfg = compose([f"experiment={paper}/{exp}", "profile=smoke", f"paths.checkpoint_dir={tmp_path / 'ck'}",
-                       *overrides])
-        status, path, _ = run_experiment(cfg, tmp_path / run, force=True, log=lambda *a: None)
+        spec = compose_run([f"experiment={paper}/{exp}", "profile=smoke", f"paths.checkpoint_dir={tmp_path / 'ck'}",
+                            *overrides])
+        status, path, _ = run_experiment(spec, tmp_path / run, force=True, log=lambda *a: None)
         assert status == "ran"
         frames.append(pd.read_csv(path))
     a, b = frames

@@ -1,6 +1,6 @@
 """Run a synchronous step across N real ``jax.distributed`` processes on one machine (paper-agnostic).
 
-    results = launch(2, "papers.petrel.distributed_bsp:bsp_worker", args)
+    results = launch(2, "tests.papers.petrel.distributed_bsp:bsp_worker", args)
 
 starts ``n_processes`` Python processes; process ``i`` calls ``jax.distributed.initialize`` with the coordinator
 bound to ``coordinator_host`` (127.0.0.1 by default: nothing listens on other interfaces), then

@@ -82,6 +82,12 @@ class RunCache:
         with self._lock:
             return self._store.setdefault(key, value)
 
+    def table(self, kind: str) -> dict[Any, Any]:
+        """A run-scoped dict for values keyed by live objects rather than configurations, e.g. compiled
+        functions keyed by the (hashable, value-comparing) policy object they compile. The dict holds its keys, so
+        an identity-hashed key cannot be recycled while the run lasts."""
+        return self.get(f"table:{kind}", None, dict)
+
     def __len__(self) -> int:
         return len(self._store)
 

@@ -106,16 +106,25 @@ class ChunkedTrainer:
 
 def compile_trainer(start: Callable[..., Any], advance: Callable[..., tuple[Any, Any]], total_steps: int, *,
                     start_axes: Sequence[int | None], advance_axes: Sequence[int | None],
-                    steps_arg: str = "steps", most_chunks: int = 10,
+                    steps_arg: str | None = "steps", most_chunks: int = 10, chunk_steps: int | None = None,
                     compiler_options: Mapping[str, Any] | None = None) -> ChunkedTrainer:
     """Vmap ``start`` over ``start_axes`` and ``advance`` over ``advance_axes`` (its first entry is the state's
-    batch axis, 0), bind ``advance``'s ``steps_arg`` to ``total_steps // num_chunks(total_steps, most_chunks)``
-    and jit both (with ``compiler_options`` where given)."""
+    batch axis, 0) and jit both (with ``compiler_options`` where given).
+
+    Chunking: by default ``total_steps`` splits into ``num_chunks(total_steps, most_chunks)`` equal chunks and
+    ``advance``'s keyword ``steps_arg`` is bound to the chunk length. A training whose ``advance`` already runs a
+    fixed chunk passes that length as ``chunk_steps`` with ``steps_arg=None`` (``total_steps`` must be a multiple)."""
     if not advance_axes or advance_axes[0] != 0:
         raise ValueError(f"advance_axes must start with 0 (the state's batch axis), got {tuple(advance_axes)}")
-    chunks = num_chunks(int(total_steps), most_chunks)
-    per = int(total_steps) // chunks
-    adv = functools.partial(advance, **{steps_arg: per})
+    total = int(total_steps)
+    if chunk_steps is not None:
+        if chunk_steps < 1 or total % chunk_steps:
+            raise ValueError(f"{total} steps do not split into chunks of {chunk_steps}")
+        chunks, per = total // chunk_steps, int(chunk_steps)
+    else:
+        chunks = num_chunks(total, most_chunks)
+        per = total // chunks
+    adv = advance if steps_arg is None else functools.partial(advance, **{steps_arg: per})
     kw = {"compiler_options": dict(compiler_options)} if compiler_options else {}
     return ChunkedTrainer(
         start=jax.jit(jax.vmap(start, in_axes=tuple(start_axes)), **kw),

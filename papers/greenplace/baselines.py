@@ -27,7 +27,7 @@ papers assume; none looks at future prices or arrivals.
 
 from __future__ import annotations
 
-import functools
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -151,12 +151,18 @@ def _next_job(state: EnvState, params: EnvParams, u: jax.Array) -> EnvState:
     return ENV._sample_job(u, state, params, state.t - jnp.log1p(-u[3]) / rate)
 
 
-@functools.cache
-def make_lookahead(candidates: int, rollouts: int, horizon: int, gamma: float):
-    """The look-ahead planner's ``act(key, obs, state, params)`` (see the module docstring); cached per setting,
-    so evaluations reuse one compilation."""
+@dataclass(frozen=True)
+class Lookahead:
+    """The look-ahead planner as ``act(key, obs, state, params)`` (see the module docstring). A value: two planners
+    with the same setting are equal and hash alike, so evaluations reuse one compilation per setting."""
 
-    def act(key, obs, state: EnvState, params: EnvParams):
+    candidates: int
+    rollouts: int
+    horizon: int
+    gamma: float
+
+    def __call__(self, key, obs, state: EnvState, params: EnvParams):
+        candidates, rollouts, horizon, gamma = self.candidates, self.rollouts, self.horizon, self.gamma
         outs = action_outcomes(state, params)
         valid = valid_actions(state, params)
         now = objective(outs, params)
@@ -178,7 +184,10 @@ def make_lookahead(candidates: int, rollouts: int, horizon: int, gamma: float):
         score = jnp.where(valid[idx], now[idx] + fut, jnp.inf)
         return acts[jnp.argmin(score)]
 
-    return act
+
+def make_lookahead(candidates: int, rollouts: int, horizon: int, gamma: float) -> Lookahead:
+    """The look-ahead planner with this setting (equal settings give equal planners)."""
+    return Lookahead(int(candidates), int(rollouts), int(horizon), float(gamma))
 
 
 HEURISTIC_POLICIES = {

@@ -12,17 +12,15 @@ default profile's training budget.
 from __future__ import annotations
 
 import argparse
-import os
-import time
 
 import jax
 import jax.numpy as jnp
 
-from common.repro.config import build_context, compose
+from common.repro.bench import bench_context, machine_line, time_it
 from papers.greenplace import dqn_agents
 from papers.greenplace.baselines import cloud_only, random_policy
 from papers.greenplace.env import PlacementEnv
-from papers.greenplace.setup import world
+from papers.greenplace.world import world
 
 ENV = PlacementEnv()
 
@@ -55,13 +53,9 @@ def steps_per_second(params, policy, num_envs: int, num_steps: int, repeats: int
         return rs.sum()
 
     f = jax.jit(run)
-    f(jax.random.key(0)).block_until_ready()
-    best = float("inf")
-    for i in range(repeats):
-        t = time.perf_counter()
-        f(jax.random.key(i + 1)).block_until_ready()
-        best = min(best, time.perf_counter() - t)
-    return num_envs * num_steps / best
+    keys = iter(range(repeats + 1))
+    t = time_it("env steps", lambda: f(jax.random.key(next(keys))), repeats)
+    return num_envs * num_steps / t.min_s
 
 
 def main() -> None:
@@ -70,12 +64,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--train-iters", type=int, default=300)
     args = ap.parse_args()
-    cfg = compose(["experiment=greenplace/headline", "profile=default"])
-    ctx, _ = build_context(cfg)
+    ctx = bench_context("greenplace/headline")
     w = world(ctx)
     sc = ctx.params.scenarios[0]
     params = w.train_params(sc, 0.5)
-    print(f"machine: {os.cpu_count()} CPUs visible, jax {jax.__version__}, backend {jax.default_backend()}")
+    print(machine_line())
     for name, pol in (("cloud_only", cloud_only), ("random", random_policy)):
         fn = lambda k, o, s, p, pol=pol: pol(k, o, s, p)  # noqa: E731
         sps = steps_per_second(params, fn, args.envs, args.steps)
@@ -89,13 +82,9 @@ def main() -> None:
     fn = jax.jit(jax.vmap(train, in_axes=(0, 0, None)))
     keys = jax.vmap(jax.random.key)(jnp.arange(seeds, dtype=jnp.uint32))
     ws = jnp.full(seeds, 0.5)
-    t = time.perf_counter()
-    jax.block_until_ready(fn(keys, ws, params))
-    first = time.perf_counter() - t
-    t = time.perf_counter()
-    jax.block_until_ready(fn(keys, ws, params))
-    run = time.perf_counter() - t
-    ips = args.train_iters / run
+    t = time_it(f"BDQ training, {args.train_iters} iterations", lambda: fn(keys, ws, params), repeats=1)
+    print(t.line())
+    first, ips = t.first_s, args.train_iters / t.min_s
     budget = ctx.params.train_iterations
     print(f"BDQ training, {seeds} seeds vmapped x {ctx.params.train_envs} envs: {ips:,.1f} iterations/s "
           f"({ips * seeds * ctx.params.train_envs:,.0f} env steps/s incl. updates); compile+first run {first:.1f} s")

@@ -26,37 +26,39 @@ METRICS = {  # name: unit
 }
 
 
-_COMPILED: dict = {}
-
-
-def _rollout_fn(act: Callable, num_jobs: int, batched_policy: bool):
-    """jit(vmap over seeds (and their policy params) of vmap over episodes); cached so every scenario and seed
-    count reuses one compilation per policy."""
+def _rollout_fn(act: Callable, num_jobs: int, batched_policy: bool, compiled: dict | None):
+    """jit(vmap over seeds (and their policy params) of vmap over episodes), memoised in ``compiled`` (a run-scoped
+    table, ``ctx.cache.table(...)``) so every scenario and seed count reuses one compilation per policy. ``act``
+    must hash and compare by value (a module-level function or a frozen dataclass such as the look-ahead planner)."""
     key = (act, num_jobs, batched_policy)
-    if key not in _COMPILED:
+    if compiled is not None and key in compiled:
+        return compiled[key]
 
-        def one(pp, key, h, params):
-            p = params.replace(start_hours=h[None], episode_jobs=int(num_jobs))
-            _, (reward, done, info) = rollout(ENV, lambda k, o, s, q: act(pp, k, o, s, q), key, p, num_jobs)
-            info["reward"] = reward
-            return info
+    def one(pp, key, h, params):
+        p = params.replace(start_hours=h[None], episode_jobs=int(num_jobs))
+        _, (reward, done, info) = rollout(ENV, lambda k, o, s, q: act(pp, k, o, s, q), key, p, num_jobs)
+        info["reward"] = reward
+        return info
 
-        def per_seed(pp, key, hours, params):
-            keys = jax.random.split(key, hours.shape[0])
-            return jax.vmap(one, in_axes=(None, 0, 0, None))(pp, keys, hours, params)
+    def per_seed(pp, key, hours, params):
+        keys = jax.random.split(key, hours.shape[0])
+        return jax.vmap(one, in_axes=(None, 0, 0, None))(pp, keys, hours, params)
 
-        _COMPILED[key] = jax.jit(jax.vmap(per_seed, in_axes=(0 if batched_policy else None, 0, None, None)))
-    return _COMPILED[key]
+    fn = jax.jit(jax.vmap(per_seed, in_axes=(0 if batched_policy else None, 0, None, None)))
+    if compiled is not None:
+        compiled[key] = fn
+    return fn
 
 
 def rollouts(act: Callable, params: EnvParams, keys: jax.Array, start_hours: np.ndarray, num_jobs: int,
-             policy_params=None) -> dict[str, jax.Array]:
+             policy_params=None, compiled: dict | None = None) -> dict[str, jax.Array]:
     """Per-step info of ``act`` on every (seed key, episode start hour): leaves [S, E, num_jobs].
 
     ``act(policy_params, key, obs, state, params)``; ``policy_params`` carries a leading seed axis (one trained
-    agent per seed) or is None (heuristics).
+    agent per seed) or is None (heuristics). ``compiled``: the run's table of compiled rollouts (None compiles
+    afresh).
     """
-    fn = _rollout_fn(act, int(num_jobs), policy_params is not None)
+    fn = _rollout_fn(act, int(num_jobs), policy_params is not None, compiled)
     return fn(policy_params, keys, jnp.asarray(start_hours, jnp.int32), params)
 
 

@@ -9,15 +9,17 @@
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from common.repro import RunContext, experiment, metric_rows
-from common.repro.checkpoint import run_chunked
+from common.repro import RunContext, metric_rows
 from common.repro.plots import figure
+from common.repro.trainer import ChunkedTrainer, compile_trainer, curve_rows
 from papers.greenplace import dqn_agents
 from papers.greenplace.baselines import HEURISTIC_POLICIES, make_lookahead
 from papers.greenplace.env import PlacementEnv
@@ -26,12 +28,11 @@ from papers.greenplace.latency import DEVICES, TABLE_TYPES, layer_latency_s
 from papers.greenplace.models import profile
 from papers.greenplace.scenario import vary
 from papers.greenplace.schemas import PlacementParams, PlacementPolicy
-from papers.greenplace.setup import World, world
+from papers.greenplace.world import World, world
 
 ENV = PlacementEnv()
 RL_KINDS = ("bdq", "flat_dqn", "ppo", "ppo_scorer")
 ON_POLICY = ("ppo", "ppo_scorer")  # trained with params.onpolicy_envs x onpolicy_iterations
-_TRAINERS: dict = {}  # one compiled trainer per (algorithm, hyper-parameters, budget), shared by scenarios
 CONVERGED_TOL = 0.03  # stated before any result: see converged()
 
 
@@ -45,11 +46,6 @@ def _trainer(kind: str):
     from papers.greenplace import ppo_agent  # needs common/rl/ppo.py
 
     return ppo_agent
-
-
-def num_chunks(total_steps: int, most: int = 10) -> int:
-    """The most equal chunks (<= ``most``) that ``total_steps`` splits into: the checkpoint granularity."""
-    return max(c for c in range(1, min(most, max(total_steps, 1)) + 1) if total_steps % c == 0)
 
 
 def converged(curve: np.ndarray, tol: float = CONVERGED_TOL) -> np.ndarray:
@@ -69,11 +65,36 @@ def _heuristic_act(pol: PlacementPolicy):
     return HEURISTIC_POLICIES[pol.kind]
 
 
-@functools.cache
-def _as_agent(act):
-    """A heuristic ``act(key, obs, state, params)`` in the agents' signature; cached, so that the evaluation's
-    compiled rollout (keyed on the function) is reused across scenarios and conditions."""
-    return lambda pp, k, o, s, q: act(k, o, s, q)
+@dataclass(frozen=True)
+class AsAgent:
+    """A heuristic ``act(key, obs, state, params)`` in the agents' signature ``act(policy_params, key, obs, state,
+    params)``. A value (equal for equal heuristics), so the run's table of compiled rollouts reuses one compilation
+    per heuristic across scenarios and conditions."""
+
+    act: Callable
+
+    def __call__(self, pp, k, o, s, q):
+        return self.act(k, o, s, q)
+
+
+def _compiled(ctx: RunContext) -> dict:
+    return ctx.cache.table("greenplace.rollouts")
+
+
+def trainer(ctx: RunContext, pol: PlacementPolicy, train_params) -> tuple[Any, ChunkedTrainer]:
+    """The training of ``pol`` at the experiment's budget, compiled once per run and configuration (shared by
+    scenarios and experiments): the algorithm's ``train`` (its ``act``, budget and policy parameters) and the
+    vmapped, chunked trainer (runs = seeds x reward weights)."""
+    p: PlacementParams = ctx.params
+    on_policy = pol.kind in ON_POLICY
+    its, envs = (p.onpolicy_iterations, p.onpolicy_envs) if on_policy else (p.train_iterations, p.train_envs)
+
+    def build():
+        train = _trainer(pol.kind).make_train(ENV, train_params, pol, its, envs)
+        return train, compile_trainer(train.start, train.advance, train.total_steps, start_axes=(0, 0, None),
+                                      advance_axes=(0, 0, None))
+
+    return ctx.cache.get("greenplace.trainer", (pol, its, envs), build)
 
 
 def train_and_evaluate(w: World, scenario, pol: PlacementPolicy, seeds: np.ndarray, weights: list[float],
@@ -85,20 +106,12 @@ def train_and_evaluate(w: World, scenario, pol: PlacementPolicy, seeds: np.ndarr
     p: PlacementParams = w.params
     mod = _trainer(pol.kind)
     train_params = w.train_params(scenario, weights[0])
-    on_policy = pol.kind in ON_POLICY
-    its, envs = (p.onpolicy_iterations, p.onpolicy_envs) if on_policy else (p.train_iterations, p.train_envs)
-    ck = (pol.kind, repr(pol), its, envs)
-    if ck not in _TRAINERS:
-        train = mod.make_train(ENV, train_params, pol, its, envs)
-        n = num_chunks(train.total_steps)
-        advance = functools.partial(train.advance, steps=train.total_steps // n)
-        _TRAINERS[ck] = (train, n, jax.jit(jax.vmap(train.start, in_axes=(0, 0, None))),
-                         jax.jit(jax.vmap(advance, in_axes=(0, 0, None))))
-    train, n, start, advance = _TRAINERS[ck]
+    train, tr = trainer(ctx, pol, train_params)
+    compiled = _compiled(ctx)
     keys = jax.vmap(jax.random.key)(jnp.asarray(np.tile(seeds, len(weights)), jnp.uint32))
     ws = jnp.repeat(jnp.asarray(weights, jnp.float32), len(seeds))
     ctx.progress.log(f"{scenario.name}: training {pol.name} x {len(ws)} (seeds x weights), "
-                     f"{train.env_steps:,} environment steps each, {n} checkpointed chunks")
+                     f"{train.env_steps:,} environment steps each, {tr.chunks} checkpointed chunks")
     curve_keys = jax.vmap(jax.random.key)(jnp.asarray(np.tile(seeds, len(weights)) + 20_000, jnp.uint32))
 
     def greedy_on_train(ts):
@@ -107,31 +120,26 @@ def train_and_evaluate(w: World, scenario, pol: PlacementPolicy, seeds: np.ndarr
             sl = slice(i * len(seeds), (i + 1) * len(seeds))
             cp, starts = w.curve_params(scenario, wt)
             pp = jax.tree.map(lambda x, sl=sl: x[sl], mod.policy_params(ts))
-            out.append(rollouts(train.act, cp, curve_keys[sl], starts, p.curve_jobs, pp)["objective"].mean((1, 2)))
+            out.append(rollouts(train.act, cp, curve_keys[sl], starts, p.curve_jobs, pp,
+                                compiled)["objective"].mean((1, 2)))
         return jnp.concatenate(out)
 
-    def chunk(ts):
-        ts, hist = advance(ts, ws, train_params)
-        return ts, {**hist, "greedy_train_objective": greedy_on_train(ts)}
-
-    chunk.eval_shape = lambda ts: jax.eval_shape(chunk, ts)  # type: ignore[attr-defined]
     ckpt = ctx.checkpointer(f"{scenario.name}-{pol.name}-w{'_'.join(f'{x:g}' for x in weights)}")
-    ts, history = run_chunked(chunk, start(keys, ws, train_params), n, ckpt)
-    lc = np.stack([np.asarray(h["greedy_train_objective"]) for h in history], 1)  # [runs, chunks]
-    curves = jax.tree.map(lambda *h: jnp.concatenate(h, axis=1),
-                          *[{k: v for k, v in h.items() if k != "greedy_train_objective"} for h in history])
+    done = tr.run((keys, ws, train_params), (ws, train_params), monitor=greedy_on_train, checkpointer=ckpt)
+    ts, curves, lc = done.state, done.steps, np.asarray(done.curve)  # lc: [runs, chunks]
     out = {}
     for i, wt in enumerate(weights):
         sl = slice(i * len(seeds), (i + 1) * len(seeds))
         pp = jax.tree.map(lambda x, sl=sl: x[sl], mod.policy_params(ts))
         ep, starts = w.eval_params(scenario, wt)
         eval_keys = jax.vmap(jax.random.key)(jnp.asarray(seeds + 10_000, jnp.uint32))
-        info = rollouts(train.act, ep, eval_keys, starts, p.eval_jobs, pp)
+        info = rollouts(train.act, ep, eval_keys, starts, p.eval_jobs, pp, compiled)
         cp, cstarts = w.curve_params(scenario, wt)
-        ref = {name: np.asarray(rollouts(_as_agent(HEURISTIC_POLICIES[name]), cp, curve_keys[sl], cstarts,
-                                         p.curve_jobs)["objective"].mean((1, 2))) for name in ("myopic", "cloud_only")}
+        ref = {name: np.asarray(rollouts(AsAgent(HEURISTIC_POLICIES[name]), cp, curve_keys[sl], cstarts,
+                                         p.curve_jobs, compiled=compiled)["objective"].mean((1, 2)))
+               for name in ("myopic", "cloud_only")}
         last = lc[sl, -1]
-        learn = {"curve": lc[sl], "env_steps": train.env_steps, "chunk_steps": train.env_steps // n,
+        learn = {"curve": lc[sl], "env_steps": train.env_steps, "chunk_steps": train.env_steps // tr.chunks,
                  "converged": converged(lc[sl]), "beats_trivial_on_train": last < ref["cloud_only"],
                  "beats_myopic_on_train": last < ref["myopic"], "myopic_train_objective": ref["myopic"]}
         out[wt] = (summarise(info), info, jax.tree.map(lambda x, sl=sl: np.asarray(x[sl]), curves), learn)
@@ -140,10 +148,8 @@ def train_and_evaluate(w: World, scenario, pol: PlacementPolicy, seeds: np.ndarr
 
 def _learning_rows(name: str, learn: dict, seeds, **cond) -> list[dict]:
     """The learning curve (greedy objective on training-year episodes after each chunk) and the gates."""
-    rows = []
-    for j in range(learn["curve"].shape[1]):
-        rows += metric_rows(name, {"greedy_train_objective": (learn["curve"][:, j], "normalised")}, seeds=seeds,
-                            env_steps=learn["chunk_steps"] * (j + 1), **cond)
+    rows = curve_rows(name, {"greedy_train_objective": (learn["curve"], "normalised")}, seeds,
+                      learn["chunk_steps"], step_column="env_steps", **cond)
     return rows + metric_rows(name, {
         "converged": (learn["converged"].astype(float), "0/1"),
         "beats_trivial_on_train": (learn["beats_trivial_on_train"].astype(float), "0/1"),
@@ -152,13 +158,13 @@ def _learning_rows(name: str, learn: dict, seeds, **cond) -> list[dict]:
         "train_env_steps": (np.full(len(seeds), float(learn["env_steps"])), "steps")}, seeds=seeds, **cond)
 
 
-def evaluate_heuristic(w: World, scenario, name: str, pol: PlacementPolicy, seeds: np.ndarray, wt: float,
-                       params=None):
+def evaluate_heuristic(ctx: RunContext, w: World, scenario, name: str, pol: PlacementPolicy, seeds: np.ndarray,
+                       wt: float, params=None):
     """Greedy evaluation of a heuristic on the evaluation year (or on ``params``, e.g. a headroom variant)."""
     ep, starts = w.eval_params(scenario, wt)
     ep = ep if params is None else params
     eval_keys = jax.vmap(jax.random.key)(jnp.asarray(seeds + 10_000, jnp.uint32))
-    info = rollouts(_as_agent(_heuristic_act(pol)), ep, eval_keys, starts, w.params.eval_jobs)
+    info = rollouts(AsAgent(_heuristic_act(pol)), ep, eval_keys, starts, w.params.eval_jobs, compiled=_compiled(ctx))
     return summarise(info), info
 
 
@@ -166,7 +172,6 @@ def _rows(name: str, metrics: dict, seeds, **cond):
     return metric_rows(name, {k: (metrics[k], METRICS[k]) for k in METRICS}, seeds=seeds, **cond)
 
 
-@experiment("greenplace", "headline", params=PlacementParams)
 def headline(ctx: RunContext):
     """All policies, all scenarios, w_energy = params.w_energy[0]; train 2022, evaluate 2023."""
     w = world(ctx)
@@ -188,7 +193,7 @@ def headline(ctx: RunContext):
                 if pol.kind == "bdq":
                     hourly[sc.name] = hourly_profile(info, w.eval_params(sc, wt)[0])
             else:
-                metrics, _ = evaluate_heuristic(w, sc, name, pol, seeds, wt)
+                metrics, _ = evaluate_heuristic(ctx, w, sc, name, pol, seeds, wt)
             rows += _rows(name, metrics, seeds, scenario=sc.name)
             ctx.progress.update(note=f"{sc.name}/{name}: cost {metrics['energy_cost_usd_per_1k_jobs'].mean():.4f} "
                                      f"USD/1k, JCT {metrics['mean_jct_s'].mean():.1f} s")
@@ -198,7 +203,6 @@ def headline(ctx: RunContext):
     return rows
 
 
-@experiment("greenplace", "pareto", params=PlacementParams)
 def pareto(ctx: RunContext):
     """Reward-weight sweep of the RL policies in the first scenario: the energy-cost / JCT trade-off front."""
     w = world(ctx)
@@ -214,14 +218,13 @@ def pareto(ctx: RunContext):
                 rows += _learning_rows(name, learn, seeds, scenario=sc.name, w_energy=wt)
         else:
             for wt in weights:
-                metrics, _ = evaluate_heuristic(w, sc, name, pol, seeds, wt)
+                metrics, _ = evaluate_heuristic(ctx, w, sc, name, pol, seeds, wt)
                 rows += _rows(name, metrics, seeds, scenario=sc.name, w_energy=wt)
         ctx.progress.update(note=name)
     _plot_pareto(ctx, rows, sc.name)
     return rows
 
 
-@experiment("greenplace", "headroom", params=PlacementParams)
 def headroom(ctx: RunContext):
     """Where can looking ahead pay? The model-based references (myopic, the look-ahead planner) against DADS and
     Neurosurgeon in the first scenario, one knob of the scenario varied at a time (price spread, renewable
@@ -238,7 +241,7 @@ def headroom(ctx: RunContext):
     rows = []
     for knob, value in conds:
         params = vary(base, knob, value)
-        res = {name: evaluate_heuristic(w, sc, name, pol, seeds, wt, params=params)[0]
+        res = {name: evaluate_heuristic(ctx, w, sc, name, pol, seeds, wt, params=params)[0]
                for name, pol in ctx.policies.items()}
         ref = res.get("dads")
         for name, m in res.items():
@@ -257,7 +260,6 @@ def headroom(ctx: RunContext):
     return rows
 
 
-@experiment("greenplace", "latency_calibration", params=PlacementParams)
 def latency_calibration(ctx: RunContext):
     """Held-out error of the per-layer latency regressors; per-model FLOPs, weights and predicted latency."""
     w = world(ctx)

@@ -13,7 +13,6 @@ the end of each residual block (ResNet) or depthwise-separable block (MobileNet)
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import jax
@@ -278,9 +277,9 @@ def _features(op: Op, ins: tuple[int, ...], out: tuple[int, ...]) -> dict[str, f
     return {"HW": h, "Cin": c}  # batchnorm, and add (an elementwise op of the same size)
 
 
-@functools.cache
 def profile(name: str) -> LayerProfile:
-    """Shapes by tracing the NNX model (``jax.eval_shape``, no compute); FLOPs and bytes from those shapes."""
+    """Shapes by tracing the NNX model (``jax.eval_shape``, no compute); FLOPs and bytes from those shapes.
+    Computed once per world (:class:`papers.greenplace.world.World` holds every model's profile)."""
     net = build_abstract(name)
     graphdef, state = nnx.split(net)
     x = jax.ShapeDtypeStruct((1, *INPUT_SHAPE), jnp.float32)

@@ -1,9 +1,9 @@
 """From a RunContext to environments: load the vendored traces, fit the latency models, build the model tables and
-the train (2022) / evaluation (2023) environment parameters of each scenario. Cached per process."""
+the train (2022) / evaluation (2023) environment parameters of each scenario. Built once per run and configuration
+(``ctx.cache``)."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,9 +42,6 @@ class World:
         return p, eval_start_hours(int(p.price.shape[0]), self.params.curve_episodes)
 
 
-_WORLDS: dict[tuple, World] = {}
-
-
 @dataclass
 class _TraceCfg:
     name: str
@@ -53,18 +50,18 @@ class _TraceCfg:
     options: dict
 
 
-@functools.cache
-def _data(data_dir: str, name: str, files: tuple, latency_seed: int):
-    traces = load_trace(_TraceCfg(name, "energy_green_dcc", dict(files), {}), Path(data_dir))
-    return traces, fit_all(traces.latency, latency_seed)
-
-
 def world(ctx) -> World:
     """The World of an experiment context (trace, hardware and params from its config)."""
-    files = tuple(sorted(ctx.trace.files.items()))
     p: PlacementParams = ctx.params
-    key = (str(ctx.data_dir), files, repr(ctx.hardware), repr(p))
-    if key not in _WORLDS:
-        traces, latency = _data(str(ctx.data_dir), ctx.trace.name, files, p.latency_seed)
-        _WORLDS[key] = World(traces, latency, model_tables(p.models, latency, ctx.hardware), ctx.hardware, p)
-    return _WORLDS[key]
+    files = dict(ctx.trace.files)
+
+    def data():
+        traces = load_trace(_TraceCfg(ctx.trace.name, "energy_green_dcc", files, {}), Path(ctx.data_dir))
+        return traces, fit_all(traces.latency, p.latency_seed)
+
+    def build() -> World:
+        traces, latency = ctx.cache.get("greenplace.data", (ctx.data_dir, ctx.trace.name, files, p.latency_seed),
+                                        data)
+        return World(traces, latency, model_tables(p.models, latency, ctx.hardware), ctx.hardware, p)
+
+    return ctx.cache.get("greenplace.world", (ctx.data_dir, ctx.trace.name, files, ctx.hardware, p), build)

@@ -13,7 +13,6 @@ Prints, in one run:
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import jax
@@ -21,31 +20,26 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from common.repro.bench import bench_context, machine_line, time_it
 from common.rl.marl import stack_agents
 from common.sim.cluster import SimConfig, make_jobs, simulate, summarize
-from common.traces.gpu import load_philly_jobs
-from papers.maifs import runner
+from papers.maifs import pipeline
 from papers.maifs.baselines import Heuristic, make_schedule
 from papers.maifs.env import MaifsEnv
 from papers.maifs.model import variant
-from papers.maifs.schemas import GpuClusterHardware, MaifsParams, RLPolicy
+from papers.maifs.schemas import GpuClusterHardware
 from papers.maifs.train import Problem, make_train
-from papers.maifs.workload import _assign_models, stack
+from papers.maifs.windows import _assign_models, stack
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "data"
-FILES = {"jobs": "gpu_traces/philly/sia_philly_jobs.csv.gz",
-         "saturn": "gpu_traces/sia_workloads/sia_pollux_workloads.csv.gz",
-         "synergy_tput": "gpu_traces/synergy/synergy_cpu_mem_tput.csv.gz",
-         "synergy_stats": "gpu_traces/synergy/synergy_model_stats.csv",
-         "sia_profiles": "gpu_traces/sia_profiles/sia_app_profiles_subset.tar.gz"}
 
 
-def full_replay(slots: int, lookahead: int) -> None:
-    d = runner.load_data(FILES, DATA)
-    ph = load_philly_jobs(DATA / FILES["jobs"])
+def full_replay(ctx, slots: int, lookahead: int) -> None:
+    """The experiment's traces and profiles, replayed whole on a Philly-sized cluster (64 x 8 GPUs) [bench only]."""
+    d = pipeline.load_data(ctx.trace.files, ctx.data_dir, ctx.cache)
+    ph = d.philly
     hw = GpuClusterHardware(name="philly_64x8_v100", servers_per_rack=64)
-    cl = hw.spec(DATA).arrays()
+    cl = hw.spec(ctx.data_dir).arrays()
     models = _assign_models(np.random.default_rng(0), len(ph), d.profiles, (20, 70, 10))
     jobs = make_jobs(ph.submit_s - ph.submit_s[0], ph.duration_s, ph.num_gpus, models)
     cfg = SimConfig(round_s=hw.lease_s, num_slots=slots, admit_per_round=512, max_rounds=10_000_000)
@@ -54,26 +48,25 @@ def full_replay(slots: int, lookahead: int) -> None:
     print(f"1. full Philly replay: {len(ph):,} jobs, 64 servers x 8 GPUs, {slots} active slots, "
           f"lookahead {lookahead}")
     for name, h in (("FIFO", Heuristic("fifo", "fair")), ("Synergy-tune", Heuristic("fifo", "tune"))):
-        t0 = time.perf_counter()
-        st = jax.block_until_ready(run(h.params(), jobs))
-        t1 = time.perf_counter()
-        st = jax.block_until_ready(run(h.params(), jobs))
-        t2 = time.perf_counter()
-        r = summarize(cl, jobs, st)
-        print(f"   {name:13s} wall {t2 - t1:6.1f} s (with compile {t1 - t0:6.1f} s), {len(ph) / (t2 - t1):8.0f} jobs/s,"
+        t = time_it(name, lambda h=h: run(h.params(), jobs), repeats=1)
+        r = summarize(cl, jobs, run(h.params(), jobs))
+        print(f"   {t.line()}; {len(ph) / t.min_s:8.0f} jobs/s,"
               f" {r.counters['rounds']:,} rounds, finished={r.finished}, mean JCT {r.jct.mean() / 3600:.1f} h, "
               f"admission waits {r.counters['admit_capped']:,} rounds, overcommit {r.counters['max_overcommit']:.3g}")
 
 
-def env_throughput(num_envs: int, steps: int) -> None:
-    d = runner.load_data(FILES, DATA)
-    p = MaifsParams()
-    hw = GpuClusterHardware(name="synergy_8x8_v100", servers_per_rack=8)
-    spec = hw.spec(DATA)
-    cl = spec.arrays()
-    wins = runner.training_windows(d, p, spec.total_gpus)
+def _setup(ctx):
+    p, hw = ctx.params, ctx.hardware
+    spec = hw.spec(ctx.data_dir)
+    d = pipeline.load_data(ctx.trace.files, ctx.data_dir, ctx.cache)
+    return p, hw, spec, spec.arrays(), d
+
+
+def env_throughput(ctx, num_envs: int, steps: int) -> None:
+    p, hw, spec, cl, d = _setup(ctx)
+    wins = pipeline.training_windows(d, p, spec.total_gpus, "philly")
     prob = Problem(cl, d.profiles.speed, d.profiles.demand(), stack(wins, pad_to=p.jobs_per_window))
-    ecfg = runner.env_config(p, spec.num_servers, hw.lease_s, False)
+    ecfg = pipeline.env_config(p, spec.num_servers, hw.lease_s, False)
 
     def rollout(prob, key):
         env = MaifsEnv(prob.cl, prob.sm, prob.md, prob.windows, ecfg)
@@ -93,39 +86,27 @@ def env_throughput(num_envs: int, steps: int) -> None:
         return jax.lax.scan(body, (obs, st, key), None, length=steps)[1].sum()
 
     f = jax.jit(rollout)
-    t0 = time.perf_counter()
-    jax.block_until_ready(f(prob, jax.random.key(0)))
-    t1 = time.perf_counter()
-    eps = int(jax.block_until_ready(f(prob, jax.random.key(1))))
-    t2 = time.perf_counter()
+    t = time_it("MARL env rollout", lambda: f(prob, jax.random.key(1)), repeats=2)
     n = num_envs * steps * ecfg.num_agents
-    print(f"2. MARL env: {num_envs} vmapped envs x {steps} steps x {ecfg.num_agents} agents = {n:,} agent-steps in "
-          f"{t2 - t1:.2f} s -> {n / (t2 - t1):,.0f} agent-steps/s (compile {t1 - t0:.1f} s; {eps} episodes ended)")
+    print(f"2. MARL env: {num_envs} vmapped envs x {steps} steps x {ecfg.num_agents} agents = {n:,} agent-steps: "
+          f"{t.line()} -> {n / t.min_s:,.0f} agent-steps/s")
 
 
-def training_time() -> None:
-    d = runner.load_data(FILES, DATA)
-    p = MaifsParams()
-    hw = GpuClusterHardware(name="synergy_8x8_v100", servers_per_rack=8)
-    spec = hw.spec(DATA)
-    cl = spec.arrays()
-    pol = RLPolicy(name="maifs")
-    cfg = runner.train_config(p, pol)
-    ecfg = runner.env_config(p, spec.num_servers, hw.lease_s, False)
+def training_time(ctx) -> None:
+    p, hw, spec, cl, d = _setup(ctx)
+    pol = ctx.policies["maifs"]
+    cfg = pipeline.train_config(p, pol)
+    ecfg = pipeline.env_config(p, spec.num_servers, hw.lease_s, False)
     init, chunk, _, _ = make_train(ecfg, cfg, spec.num_servers)
     prob = Problem(cl, d.profiles.speed, d.profiles.demand(),
-                   stack(runner.training_windows(d, p, spec.total_gpus), pad_to=p.jobs_per_window))
+                   stack(pipeline.training_windows(d, p, spec.total_gpus, "philly"), pad_to=p.jobs_per_window))
     var = variant()
     c = jax.jit(chunk)
     rs = init(jax.random.key(0), var, prob)
-    t0 = time.perf_counter()
-    rs, _ = jax.block_until_ready(c(rs, var, prob))
-    t1 = time.perf_counter()
-    rs, _ = jax.block_until_ready(c(rs, var, prob))
-    t2 = time.perf_counter()
-    per = (t2 - t1) / cfg.updates_per_chunk
-    print(f"3. training: {per:.2f} s per PPO update for one seed ({cfg.num_envs} envs x {cfg.rollout_len} steps, "
-          f"{cfg.epochs} epochs; compile {t1 - t0 - per * cfg.updates_per_chunk:.0f} s); the default profile runs "
+    t = time_it("one training chunk", lambda: c(rs, var, prob), repeats=1, per=f"{cfg.updates_per_chunk} updates")
+    per = t.min_s / cfg.updates_per_chunk
+    print(f"3. training: {t.line()}\n   {per:.2f} s per PPO update for one seed ({cfg.num_envs} envs x "
+          f"{cfg.rollout_len} steps, {cfg.epochs} epochs); the default profile runs "
           f"{p.num_updates} updates -> ~{per * p.num_updates:.0f} s per policy and seed")
     csv = ROOT / "results/maifs/ablation.csv"
     if csv.exists():
@@ -143,13 +124,14 @@ def main() -> None:
     ap.add_argument("--lookahead", type=int, default=64)
     ap.add_argument("--skip", nargs="*", default=[], choices=["replay", "env", "train"])
     a = ap.parse_args()
-    print(f"jax {jax.__version__}, devices {jax.devices()}")
+    ctx = bench_context("maifs/headline_philly")  # the headline's own traces, cluster, params and policies
+    print(machine_line())
     if "replay" not in a.skip:
-        full_replay(a.slots, a.lookahead)
+        full_replay(ctx, a.slots, a.lookahead)
     if "env" not in a.skip:
-        env_throughput(a.envs, a.steps)
+        env_throughput(ctx, a.envs, a.steps)
     if "train" not in a.skip:
-        training_time()
+        training_time(ctx)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from common.repro import RunContext, experiment, metric_rows
+from common.repro import RunContext, metric_rows
 from common.repro.plots import bars_with_ci, cdf, figure, lines_with_ci
 from common.sim.cluster import SimResult
-from papers.maifs import runner
+from papers.maifs import pipeline
 from papers.maifs.schemas import HeuristicPolicy, MaifsParams, RLPolicy
 
 SOTA = ("synergy_tune_fifo", "tiresias")
@@ -65,7 +65,7 @@ def _single_job_share(windows) -> float:
 def _setup(ctx: RunContext):
     hw = ctx.hardware
     spec = hw.spec(ctx.data_dir)
-    d = runner.load_data(ctx.trace.files, ctx.data_dir)
+    d = pipeline.load_data(ctx.trace.files, ctx.data_dir, ctx.cache)
     return spec, spec.arrays(), d
 
 
@@ -77,7 +77,7 @@ def _trace(ctx: RunContext) -> str:
     raise ValueError(f"maifs experiments need a philly_jobs or sia_workloads trace, got {ctx.trace.loader!r}")
 
 
-def _train(ctx: RunContext, d, p: MaifsParams, cl, names: list[str]) -> dict[str, runner.Trained]:
+def _train(ctx: RunContext, d, p: MaifsParams, cl, names: list[str]) -> dict[str, pipeline.Trained]:
     """The training run of every learned policy among ``names`` (memoised: experiments on one trace share it)."""
     trace = _trace(ctx)
     trained = {}
@@ -85,7 +85,7 @@ def _train(ctx: RunContext, d, p: MaifsParams, cl, names: list[str]) -> dict[str
         group = [n for n in names if isinstance(ctx.policies[n], RLPolicy) and ctx.policies[n].network == family]
         if group:
             allv = _all_variants(ctx, family, trace)
-            tr = runner.train_policies(allv, d, p, cl, ctx.hardware.lease_s, ctx.seeds(), ctx.progress,
+            tr = pipeline.train_policies(allv, d, p, cl, ctx.hardware.lease_s, ctx.seeds(), ctx.cache, ctx.progress,
                                         checkpoints=ctx.checkpointer, trace=trace)
             trained.update({n: tr for n in group})
     return trained
@@ -107,14 +107,15 @@ def _run_policies(ctx: RunContext, names: list[str], windows, d, spec, cl, param
     for name in names:
         pol = ctx.policies[name]
         if isinstance(pol, HeuristicPolicy):
-            res = runner.run_heuristic(pol.heuristic(), cl, d.profiles, windows, n, ctx.hardware.lease_s,
+            res = pipeline.run_heuristic(pol.heuristic(), cl, d.profiles, windows, n, ctx.hardware.lease_s,
                                        params.lookahead)
             per_seed = [res] * len(seeds)
         else:
             src = pol.untrained_of if pol.untrained else name
-            per_seed = runner.run_trained(trained[name], src, d, cl, windows, n, untrained=pol.untrained)
+            per_seed = pipeline.run_trained(trained[name], src, d, cl, windows, n, ctx.cache,
+                                             untrained=pol.untrained)
             if not pol.untrained:
-                g = runner.gates(trained[name], name, params)
+                g = pipeline.gates(trained[name], name, params)
                 rows += metric_rows(name, {k: (v, "0/1") for k, v in g.items()}, seeds=seeds.tolist(),
                                     **(extra or {}))
         results[name] = [r for rs in per_seed for r in rs]
@@ -146,7 +147,7 @@ def _all_variants(ctx: RunContext, family: str, trace: str) -> dict[str, RLPolic
 
 
 def _trace_windows(ctx: RunContext, d, spec, p: MaifsParams, load: float | None = None):
-    return runner.eval_windows(d, p, spec.total_gpus, _trace(ctx), load)
+    return pipeline.eval_windows(d, p, spec.total_gpus, _trace(ctx), load)
 
 
 def _filter_rows(dropped: dict[str, int]) -> list[dict]:
@@ -157,7 +158,7 @@ def _filter_rows(dropped: dict[str, int]) -> list[dict]:
 
 def _workload_rows(windows, spec, load: float, extra: dict | None = None) -> list[dict]:
     """Per-experiment description of the workload (policy '-'): windows, jobs, offered load, longest job."""
-    from papers.maifs.workload import offered_load
+    from papers.maifs.windows import offered_load
 
     return [{"policy": "-", "seed": 0, "metric": k, "value": float(v), "unit": u, **(extra or {})} for k, v, u in (
         ("workload_windows", len(windows), "count"),
@@ -193,19 +194,16 @@ def _headline(ctx: RunContext) -> pd.DataFrame:
     return df
 
 
-@experiment("maifs", "headline_philly", params=MaifsParams)
 def headline_philly(ctx: RunContext) -> pd.DataFrame:
     """Makespan and JCT of every scheduler on unseen windows of the later Philly slice (Nov-Dec 2017)."""
     return _headline(ctx)
 
 
-@experiment("maifs", "headline_saturn", params=MaifsParams)
 def headline_saturn(ctx: RunContext) -> pd.DataFrame:
     """Makespan and JCT of every scheduler on held-out Helios-Saturn workloads."""
     return _headline(ctx)
 
 
-@experiment("maifs", "load_sweep", params=MaifsParams)
 def load_sweep(ctx: RunContext) -> pd.DataFrame:
     """The claim-boundary map: every policy on the Philly evaluation windows scaled to each offered load (fraction
     of the cluster's GPU capacity); learned policies are trained once (at the training loads) and evaluated at
@@ -277,7 +275,7 @@ CURVE_METRICS = {"jct_h": ("curve_train_jct_h", "h"), "reward": ("curve_train_re
                  "release_rate": ("curve_release_rate", "fraction")}
 
 
-def _curve_rows(tr: runner.Trained, names, p: MaifsParams) -> list[dict]:
+def _curve_rows(tr: pipeline.Trained, names, p: MaifsParams) -> list[dict]:
     """Learning curves and training diagnostics of each learned policy, per seed: one row per metric and block of
     ``updates_per_chunk`` updates (its mean; blocks without a finished training episode have no JCT row). ``step``
     is the number of PPO updates done at the end of the block, ``env_steps`` the environment steps per seed."""
@@ -301,7 +299,7 @@ def _curve_rows(tr: runner.Trained, names, p: MaifsParams) -> list[dict]:
     return out
 
 
-def _training_rows(ctx: RunContext, trained: dict[str, runner.Trained], p: MaifsParams) -> tuple[list, list]:
+def _training_rows(ctx: RunContext, trained: dict[str, pipeline.Trained], p: MaifsParams) -> tuple[list, list]:
     """Curve rows of every trained (not untrained) learned policy and one ``train_wall_s`` row per training run."""
     curves, rows, done = [], [], set()
     for n, tr in trained.items():
@@ -327,7 +325,6 @@ def _curve_figure(ctx: RunContext, curves: list[dict]) -> None:
     ctx.save_figure(fig, "learning_curves")
 
 
-@experiment("maifs", "ablation", params=MaifsParams)
 def ablation(ctx: RunContext) -> pd.DataFrame:
     """MAIFS vs itself without attention, without the coordination graph, with fixed allocation, and untrained;
     the decoupled (Tiresias + Synergy-tune) and single-agent (DL2-style) baselines; learning curves and training

@@ -1,17 +1,17 @@
-"""Glue between configs and the pure simulator/learner: load data once, compile once, run policies on windows.
+"""From configs to results: load the traces, cut windows, train the learned policies, evaluate every policy.
 
-Everything expensive is memoised per process: loaded traces and profiles (by file), compiled functions (one per
-shape: every heuristic shares one compiled simulator, every MAIFS variant and seed one vmapped training), and
-trained parameters (the headline, load-sweep and ablation experiments reuse one training run).
+Everything expensive is shared by the experiments of a run through the run cache (``cache``, the context's
+``ctx.cache``), keyed by the inputs that determine it: loaded traces and profiles (by file), compiled functions
+(one per shape: every MAIFS variant and seed share one vmapped training), trained parameters (keyed by the
+training's own inputs: policies, environment and training configs, the stacked training windows, the cluster and
+the seeds, so the headline, load-sweep and ablation experiments reuse one training run) and greedy evaluations.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from common.repro.checkpoint import run_chunked
+from common.repro.cache import RunCache, cache_key
+from common.repro.trainer import compile_trainer
 from common.sim.cluster import Cluster, JobTable, SimConfig, SimResult, SpeedModel, simulate, summarize
 from common.traces._io import resolve
 from common.traces.gpu import (
@@ -35,7 +36,7 @@ from papers.maifs.env import EnvConfig
 from papers.maifs.model import Variant, variant
 from papers.maifs.schemas import MaifsParams, RLPolicy
 from papers.maifs.train import Problem, TrainConfig, evaluate, make_train
-from papers.maifs.workload import (
+from papers.maifs.windows import (
     Profiles,
     Window,
     at_load,
@@ -50,26 +51,6 @@ from papers.maifs.workload import (
 # ---------------------------------------------------------------------------------------------- data
 
 
-@functools.cache
-def _philly(path: str) -> PhillyJobs:
-    return load_philly_jobs(path)
-
-
-@functools.cache
-def _sia(path: str) -> SiaWorkloads:
-    return load_sia_workloads(path)
-
-
-@functools.cache
-def _profiles(tput: str, stats: str, sia: str) -> Profiles:
-    return load_profiles(load_synergy_profiles(tput, stats), load_sia_app_profiles(sia))
-
-
-@functools.cache
-def _apps(sia: str):
-    return load_sia_app_profiles(sia)
-
-
 @dataclass
 class Data:
     profiles: Profiles
@@ -79,11 +60,16 @@ class Data:
     dropped: dict[str, int]
 
 
-def load_data(files: dict[str, str], data_dir: Path) -> Data:
+def load_data(files: dict[str, str], data_dir: Path, cache: RunCache) -> Data:
+    """The traces and profiles named by the trace config's ``files`` (each file loaded once per run)."""
     f = {k: str(resolve(data_dir, v)) for k, v in files.items()}
-    prof = _profiles(f["synergy_tput"], f["synergy_stats"], f["sia_profiles"])
-    ph, sa = _philly(f["jobs"]), _sia(f["saturn"])
-    return Data(prof, ph, sa, _apps(f["sia_profiles"]), {**ph.dropped, **sa.dropped})
+    prof = cache.get("maifs.profiles", (f["synergy_tput"], f["synergy_stats"], f["sia_profiles"]),
+                     lambda: load_profiles(load_synergy_profiles(f["synergy_tput"], f["synergy_stats"]),
+                                           load_sia_app_profiles(f["sia_profiles"])))
+    ph = cache.get("maifs.philly", f["jobs"], lambda: load_philly_jobs(f["jobs"]))
+    sa = cache.get("maifs.saturn", f["saturn"], lambda: load_sia_workloads(f["saturn"]))
+    apps = cache.get("maifs.apps", f["sia_profiles"], lambda: load_sia_app_profiles(f["sia_profiles"]))
+    return Data(prof, ph, sa, apps, {**ph.dropped, **sa.dropped})
 
 
 def philly_eval(d: Data, p: MaifsParams, cluster_gpus: int, load: float | None = None):
@@ -175,17 +161,21 @@ def train_config(p: MaifsParams, pol: RLPolicy) -> TrainConfig:
                        ent_coef=pol.ent_coef, hidden=pol.hidden, network=pol.network)
 
 
-@functools.cache
-def _compiled(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
-    init, chunk, _, graphdef = make_train(env_cfg, cfg, num_servers)
-    init_v = jax.jit(jax.vmap(init, in_axes=(0, 0, None)))
-    chunk_v = jax.jit(jax.vmap(chunk, in_axes=(0, 0, None)))
+def _compiled(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int, cache: RunCache):
+    """``(trainer, eval_v)``: the MAPPO training compiled once per shape (vmapped over variant x seed, chunks of
+    ``cfg.updates_per_chunk`` updates) and the vmapped greedy evaluation of (params, window) pairs."""
 
-    def ev(params, var, prob, w):
-        return evaluate(env_cfg, graphdef, params, var, prob, w)
+    def build():
+        init, chunk, _, graphdef = make_train(env_cfg, cfg, num_servers)
+        trainer = compile_trainer(init, chunk, cfg.num_updates, start_axes=(0, 0, None),
+                                  advance_axes=(0, 0, None), steps_arg=None, chunk_steps=cfg.updates_per_chunk)
 
-    eval_v = jax.jit(jax.vmap(ev, in_axes=(0, 0, None, 0)))  # paired (params_s, window_s)
-    return init_v, chunk_v, eval_v
+        def ev(params, var, prob, w):
+            return evaluate(env_cfg, graphdef, params, var, prob, w)
+
+        return trainer, jax.jit(jax.vmap(ev, in_axes=(0, 0, None, 0)))  # paired (params_s, window_s)
+
+    return cache.get("maifs.compiled", (env_cfg, cfg, num_servers), build)
 
 
 @dataclass
@@ -201,14 +191,7 @@ class Trained:
     init_params: Any = None  # the same networks before training (the untrained baseline)
     check: dict[str, np.ndarray] | None = None  # {"trained"|"untrained": [variant*seed] mean JCT, training windows}
     trace: str = "philly"
-
-
-_TRAINED: dict[str, Trained] = {}
-# the params that define a training run (the rest only change evaluation)
-TRAIN_FIELDS = ("jobs_per_window", "class_split", "train_start", "train_end", "train_windows", "saturn_train",
-                "saturn_parts", "train_loads", "cap_duration_h", "num_updates", "updates_per_chunk", "num_envs",
-                "rollout_len", "servers_per_agent", "num_candidates", "num_short", "num_running",
-                "conflict_blocks", "max_substeps", "makespan_weight", "reward_scale", "check_windows")
+    key: str = ""  # cache key of the training's inputs (identifies it in the run cache)
 
 
 def _variant_of(pol: RLPolicy) -> Variant:
@@ -216,10 +199,12 @@ def _variant_of(pol: RLPolicy) -> Variant:
 
 
 def train_policies(pols: dict[str, RLPolicy], d: Data, p: MaifsParams, cl: Cluster, lease_s: float,
-                   seeds: np.ndarray, progress=None, checkpoints=None, trace: str = "philly") -> Trained:
+                   seeds: np.ndarray, cache: RunCache, progress=None, checkpoints=None,
+                   trace: str = "philly") -> Trained:
     """Train every policy in ``pols`` (same network family and hyper-parameters) for every seed in one vmapped
-    run, memoised for the process. ``checkpoints`` (e.g. ``ctx.checkpointer``) maps a name to an orbax
-    Checkpointer or None: given one, the training saves after every chunk and a killed run resumes from it."""
+    run, once per run and set of training inputs (``cache``). ``checkpoints`` (e.g. ``ctx.checkpointer``) maps a
+    name to an orbax Checkpointer or None: given one, the training saves after every chunk and a killed run
+    resumes from it."""
     import time
 
     names = sorted(pols)
@@ -228,53 +213,51 @@ def train_policies(pols: dict[str, RLPolicy], d: Data, p: MaifsParams, cl: Clust
     if len(nets) != 1 or len(hypers) != 1:
         raise ValueError(f"policies {names} differ in network or training hyper-parameters; train them apart")
     pol = pols[names[0]]
-    train_fields = {k: v for k, v in asdict(p).items() if k in TRAIN_FIELDS}
-    key = hashlib.sha256(json.dumps([names, [asdict(pols[n]) for n in names], train_fields, seeds.tolist(),
-                                     np.asarray(cl.cap).tolist(), lease_s, trace], sort_keys=True).encode()
-                         ).hexdigest()
-    if key in _TRAINED:
-        return _TRAINED[key]
     s = int(cl.cap.shape[0])
     env_cfg = env_config(p, s, lease_s, pol.network == "flat")
     cfg = train_config(p, pol)
-    init_v, chunk_v, _ = _compiled(env_cfg, cfg, s)
     wins = training_windows(d, p, int(np.asarray(cl.cap)[:, 0].sum()), trace)
     n_pad = max(len(w) for w in wins)
     prob = Problem(cl, d.profiles.speed, d.profiles.demand(), stack(wins, pad_to=n_pad))
-    vars_ = [_variant_of(pols[n]) for n in names for _ in seeds]
-    var = jax.tree.map(lambda *x: jnp.stack(x), *vars_)
-    keys = jnp.stack([jax.random.key(int(sd)) for _ in names for sd in seeds])
-    t0 = time.monotonic()
-    rs = init_v(keys, var, prob)
-    init_params = rs.params
-    n_chunks = cfg.num_updates // cfg.updates_per_chunk
-    if progress is not None:
-        progress.start(n_chunks, f"training chunks ({', '.join(names)} x {len(seeds)} seeds)")
+    # the training's inputs, all of them: what it learns from (prob), how (configs, policies), which seeds, and the
+    # windows its beats_untrained check uses
+    key = cache_key((names, [pols[n] for n in names], env_cfg, cfg, prob, seeds, p.check_windows, trace))
 
-    def on_chunk(i, m):
+    def train() -> Trained:
+        trainer, _ = _compiled(env_cfg, cfg, s, cache)
+        vars_ = [_variant_of(pols[n]) for n in names for _ in seeds]
+        var = jax.tree.map(lambda *x: jnp.stack(x), *vars_)
+        keys = jnp.stack([jax.random.key(int(sd)) for _ in names for sd in seeds])
+        t0 = time.monotonic()
+        init_params = trainer.start(keys, var, prob).params
         if progress is not None:
-            j = np.asarray(m["jct_h"])
-            progress.update(1, f"train JCT {np.nanmean(j):.2f} h" if np.isfinite(j).any() else "no episode done")
+            progress.start(trainer.chunks, f"training chunks ({', '.join(names)} x {len(seeds)} seeds)")
 
-    ckpt = checkpoints(f"train-{key[:16]}") if checkpoints is not None else None
-    rs, hist = run_chunked(lambda r: chunk_v(r, var, prob), rs, n_chunks, ckpt, on_chunk=on_chunk)
-    curves = {k: np.concatenate([np.asarray(h[k]) for h in hist], axis=1) for k in hist[0]}
-    # beats_untrained: greedy JCT of trained vs initial networks on the first check_windows training windows
-    chk = wins[:p.check_windows]
-    check = {}
-    for tag, prm in (("trained", rs.params), ("untrained", init_params)):
-        check[tag] = _eval_grid(env_cfg, cfg, s, prm, var, cl, d, chk, n_pad).mean(1)
-    out = Trained(names, seeds, rs.params, var, curves, env_cfg, cfg, time.monotonic() - t0, init_params, check,
-                  trace)
-    _TRAINED[key] = out
-    return out
+        def on_chunk(i, m):
+            if progress is not None:
+                j = np.asarray(m[0]["jct_h"])
+                progress.update(1, f"train JCT {np.nanmean(j):.2f} h" if np.isfinite(j).any() else
+                                "no episode done")
+
+        ckpt = checkpoints(f"train-{key[:16]}") if checkpoints is not None else None
+        done = trainer.run((keys, var, prob), (var, prob), checkpointer=ckpt, on_chunk=on_chunk)
+        curves = {k: np.asarray(v) for k, v in done.steps.items()}
+        # beats_untrained: greedy JCT of trained vs initial networks on the first check_windows training windows
+        chk = wins[:p.check_windows]
+        check = {}
+        for tag, prm in (("trained", done.state.params), ("untrained", init_params)):
+            check[tag] = _eval_grid(env_cfg, cfg, s, prm, var, cl, d, chk, n_pad, cache).mean(1)
+        return Trained(names, seeds, done.state.params, var, curves, env_cfg, cfg, time.monotonic() - t0,
+                       init_params, check, trace, key)
+
+    return cache.get("maifs.trained", key, train)
 
 
 def _eval_grid(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int, params, var: Variant, cl: Cluster,
-               d: Data, windows: list[Window], n: int, states: bool = False):
+               d: Data, windows: list[Window], n: int, cache: RunCache, states: bool = False):
     """Greedy evaluation of every parameter set (leading axis P) on every window: ``[P, W]`` mean JCT (h), or
     the final states (leading axis P * W) with ``states``. One vmapped rollout per chunk of pairs."""
-    _, _, eval_v = _compiled(env_cfg, cfg, num_servers)
+    _, eval_v = _compiled(env_cfg, cfg, num_servers, cache)
     jobs = stack(windows, pad_to=n)
     prob = Problem(cl, d.profiles.speed, d.profiles.demand(), jobs)
     npar = int(jax.tree.leaves(params)[0].shape[0])
@@ -303,39 +286,35 @@ def _pad_idx(idx: np.ndarray) -> np.ndarray:
     return np.concatenate([idx, np.full(EVAL_CHUNK - idx.size, idx[-1] if idx.size else 0, idx.dtype)])
 
 
-_EVALS: dict[tuple, list[list[SimResult]]] = {}
-
-
-def run_trained(tr: Trained, name: str, d: Data, cl: Cluster, windows: list[Window], n: int,
+def run_trained(tr: Trained, name: str, d: Data, cl: Cluster, windows: list[Window], n: int, cache: RunCache,
                 untrained: bool = False) -> list[list[SimResult]]:
     """Greedy evaluation of policy ``name`` (at its initial parameters with ``untrained``): for every training
-    seed, its parameters on every window; ``[seed][window]`` results, memoised per process."""
-    key = (id(tr), name, untrained, n, tuple(w.name for w in windows),
-           tuple(float(w.arrival[-1]) for w in windows))
-    if key in _EVALS:
-        return _EVALS[key]
-    v = tr.names.index(name)
-    ns = len(tr.seeds)
-    sl = slice(v * ns, (v + 1) * ns)
-    params = jax.tree.map(lambda x: x[sl], tr.init_params if untrained else tr.params)
-    var = jax.tree.map(lambda x: x[sl], tr.var)
-    st, jobs, wi = _eval_grid(tr.env_cfg, tr.cfg, int(cl.cap.shape[0]), params, var, cl, d, windows, n,
-                              states=True)
-    out: list[list[SimResult]] = []
-    for i in range(ns):
-        row = []
-        for j in range(len(windows)):
-            k = i * len(windows) + j
-            s = jax.tree.map(lambda x, k=k: x[k], st)
-            r = summarize(cl, jax.tree.map(lambda x, j=j: x[j], jobs), s.sim)
-            r.counters["conflicts"] = int(s.conflicts)
-            r.counters["decisions"] = int(s.decisions)
-            r.counters["releases"] = int(s.releases)
-            r.counters["steps"] = int(s.steps)
-            row.append(r)
-        out.append(row)
-    _EVALS[key] = out
-    return out
+    seed, its parameters on every window; ``[seed][window]`` results, once per run and set of windows."""
+
+    def build() -> list[list[SimResult]]:
+        v = tr.names.index(name)
+        ns = len(tr.seeds)
+        sl = slice(v * ns, (v + 1) * ns)
+        params = jax.tree.map(lambda x: x[sl], tr.init_params if untrained else tr.params)
+        var = jax.tree.map(lambda x: x[sl], tr.var)
+        st, jobs, wi = _eval_grid(tr.env_cfg, tr.cfg, int(cl.cap.shape[0]), params, var, cl, d, windows, n, cache,
+                                  states=True)
+        out: list[list[SimResult]] = []
+        for i in range(ns):
+            row = []
+            for j in range(len(windows)):
+                k = i * len(windows) + j
+                s = jax.tree.map(lambda x, k=k: x[k], st)
+                r = summarize(cl, jax.tree.map(lambda x, j=j: x[j], jobs), s.sim)
+                r.counters["conflicts"] = int(s.conflicts)
+                r.counters["decisions"] = int(s.decisions)
+                r.counters["releases"] = int(s.releases)
+                r.counters["steps"] = int(s.steps)
+                row.append(r)
+            out.append(row)
+        return out
+
+    return cache.get("maifs.greedy_eval", (tr.key, name, untrained, n, cl, windows), build)
 
 
 def gates(tr: Trained, name: str, p: MaifsParams) -> dict[str, np.ndarray]:

@@ -1,17 +1,18 @@
-"""Glue between configs and the simulator: build tasks, train (and cache) the A3C agent, run policies x seeds.
+"""Batched runs: build the training task, train the A3C agent, run (policy, seed) jobs together on one engine.
 
-``run_policies`` builds one :class:`~papers.petrel.sim.PSSim` per (policy, seed) and advances all of them together
-(:func:`~papers.petrel.sim.run_batch`), so gradient requests of every run are computed in shared batches.
+``run_jobs`` builds one :class:`~papers.petrel.sim.PSSim` per (policy, seed) and advances all of them together
+(:func:`~papers.petrel.sim.run_batch`), so gradient requests of every run are computed in shared batches. The task
+and the trained agents are shared by the experiments of a run through the run cache (``ctx.cache``), keyed by the
+configuration that determines them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
+from common.repro import RunContext
 from papers.petrel.a3c import SharedAgent, train_a3c, with_episodes
 from papers.petrel.engine import GradEngine, Task, load_task
 from papers.petrel.hardware import with_speed_ratio, with_workers
@@ -19,21 +20,15 @@ from papers.petrel.protocols import make_protocol
 from papers.petrel.schemas import PetrelParams, PSClusterHardware, SyncPolicy
 from papers.petrel.sim import Grouper, PSSim, run_batch
 
-_TASKS: dict[tuple, Task] = {}
-_AGENTS: dict[str, SharedAgent] = {}
-_LOCK = threading.Lock()
 
-
-def task_for(params: PetrelParams, data_dir: str | Path) -> Task:
-    """The training task of ``params`` (cached per process: loading MNIST takes seconds)."""
-    model_kw = {"hidden": params.hidden} if params.model == "mlp" else {}
-    key = (params.dataset, params.model, tuple(sorted(model_kw.items())), params.n_train, params.n_test,
-           params.probe_size, str(data_dir))
-    with _LOCK:
-        if key not in _TASKS:
-            _TASKS[key] = load_task(params.dataset, data_dir, model=params.model, n_train=params.n_train,
-                                    n_test=params.n_test, probe_size=params.probe_size, **model_kw)
-        return _TASKS[key]
+def task_for(ctx: RunContext) -> Task:
+    """The training task of ``ctx.params`` (loaded once per run: loading MNIST takes seconds)."""
+    p: PetrelParams = ctx.params
+    model_kw = {"hidden": p.hidden} if p.model == "mlp" else {}
+    key = (p.dataset, p.model, model_kw, p.n_train, p.n_test, p.probe_size, ctx.data_dir)
+    return ctx.cache.get("petrel.task", key, lambda: load_task(
+        p.dataset, ctx.data_dir, model=p.model, n_train=p.n_train, n_test=p.n_test, probe_size=p.probe_size,
+        **model_kw))
 
 
 @dataclass
@@ -89,15 +84,12 @@ def with_link_gbps(hw: PSClusterHardware, gbps: float) -> PSClusterHardware:
                                name=f"{hw.name}_{gbps:g}gbps")
 
 
-def agent_for(policy: SyncPolicy, hw: PSClusterHardware, params: PetrelParams, task: Task,
-              log: Callable[[str], None] | None = None) -> SharedAgent:
-    """Train the CASP A3C agent for this hardware family (cached per process; same config -> same agent)."""
+def agent_for(ctx: RunContext, policy: SyncPolicy, task: Task) -> SharedAgent:
+    """Train the CASP A3C agent for this hardware family (once per run and configuration, see :func:`_agent_key`)."""
+    hw, params = ctx.hardware, ctx.params
     cfg = with_episodes(policy.a3c, params.a3c_episodes, params.a3c_episode_decisions)
-    key = _agent_key(policy, hw, params, cfg.episodes)
-    with _LOCK:
-        if key in _AGENTS:
-            return _AGENTS[key]
     decision_steps = policy.decision_every_steps
+    log = ctx.progress.log
 
     def make_train_sim(ep: int, cond: tuple[int, float, float], grouper: Grouper, engine: GradEngine) -> PSSim:
         n, ratio, gbps = cond
@@ -107,14 +99,14 @@ def agent_for(policy: SyncPolicy, hw: PSClusterHardware, params: PetrelParams, t
                         max_time_s=horizon, target=2.0)
 
     def progress(ep: int, ret: float) -> None:
-        if log and ((ep + 1) % 24 == 0 or ep + 1 == cfg.episodes):
+        if (ep + 1) % 24 == 0 or ep + 1 == cfg.episodes:
             log(f"a3c episode {ep + 1}/{cfg.episodes}: return {ret:.3f}")
 
-    agent = train_a3c(cfg, policy.action_levels, make_train_sim,
-                      lambda: GradEngine(task, mode=params.engine_mode), progress)
-    with _LOCK:
-        _AGENTS[key] = agent
-    return agent
+    def train() -> SharedAgent:
+        return train_a3c(cfg, policy.action_levels, make_train_sim,
+                         lambda: GradEngine(task, mode=params.engine_mode), progress)
+
+    return ctx.cache.get("petrel.a3c_agent", _agent_key(policy, hw, params, cfg.episodes), train)
 
 
 def run_policies(task: Task, hw: PSClusterHardware, policies: Mapping[str, SyncPolicy], seeds: Sequence[int],

@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from common.repro import RunContext, experiment, metric_rows
+from common.repro import RunContext, metric_rows
 from common.repro.plots import bars_with_ci, figure, lines_with_ci
 from papers.petrel.a3c import arms_differ, learning_summary
-from papers.petrel.runner import RunResult, agent_for, condition_hardware, run_jobs, task_for
+from papers.petrel.batch_runs import RunResult, agent_for, condition_hardware, run_jobs, task_for
 from papers.petrel.schemas import PetrelParams, SyncPolicy
 
 MB = 1e6
@@ -53,7 +53,7 @@ def _agents(ctx: RunContext, task) -> dict[str, Any]:
     out = {}
     for name, pol in ctx.policies.items():
         if pol.kind == "casp" and pol.grouping == "a3c":
-            out[name] = agent_for(pol, ctx.hardware, ctx.params, task, log=ctx.progress.log)
+            out[name] = agent_for(ctx, pol, task)
     return out
 
 
@@ -162,7 +162,7 @@ def _sweep(ctx: RunContext, column: str, values: Sequence[Any], hw_for) -> list[
 def _sweep_conds(ctx: RunContext, conds: Sequence[dict[str, Any]], hw_for) -> list[dict[str, Any]]:
     """Every policy (and the fixed-k baseline) on each condition (a dict of column -> value; ``hw_for(cond)`` gives
     its hardware); a ``link_gbps`` condition also records its ``comm_ratio``."""
-    task = task_for(ctx.params, ctx.data_dir)
+    task = task_for(ctx)
     agents = _agents(ctx, task)
     p: PetrelParams = ctx.params
     per = len(ctx.policies) * ctx.num_seeds + len(set(p.fixed_k)) * (ctx.num_seeds + p.tuning_seeds)
@@ -203,7 +203,6 @@ def _sweep_figure(ctx: RunContext, rows: list[dict[str, Any]], column: str, xlab
     ctx.save_figure(fig, "time_and_traffic")
 
 
-@experiment("petrel", "heterogeneity", params=PetrelParams)
 def heterogeneity(ctx: RunContext):
     """Time to target accuracy and PS traffic vs heterogeneity (slowest/fastest speed class ratio)."""
     ratios = ctx.params.speed_ratios or [ctx.hardware.class_speeds[0] / ctx.hardware.class_speeds[-1]]
@@ -213,7 +212,6 @@ def heterogeneity(ctx: RunContext):
     return rows
 
 
-@experiment("petrel", "scalability", params=PetrelParams)
 def scalability(ctx: RunContext):
     """Time to target accuracy and PS traffic vs number of simulated workers."""
     counts = ctx.params.worker_counts or [ctx.hardware.num_workers]
@@ -224,7 +222,6 @@ def scalability(ctx: RunContext):
     return rows
 
 
-@experiment("petrel", "comm_ratio", params=PetrelParams)
 def comm_ratio(ctx: RunContext):
     """Claim boundary: time to target and traffic vs the communication-to-compute ratio (every NIC's rate swept;
     ``comm_ratio`` = one message's transfer time / the fastest worker's iteration time) and heterogeneity (every
@@ -251,7 +248,7 @@ def comm_ratio(ctx: RunContext):
 
 def _single(ctx: RunContext, curves: bool) -> tuple[list[dict[str, Any]], list[RunResult]]:
     p: PetrelParams = ctx.params
-    task = task_for(p, ctx.data_dir)
+    task = task_for(ctx)
     agents = _agents(ctx, task)
     hw = condition_hardware(ctx.hardware, ratio=p.speed_ratios[0] if p.speed_ratios else None,
                             workers=p.worker_counts[0] if p.worker_counts else None,
@@ -267,7 +264,6 @@ def _single(ctx: RunContext, curves: bool) -> tuple[list[dict[str, Any]], list[R
     return rows, res
 
 
-@experiment("petrel", "headline", params=PetrelParams)
 def headline(ctx: RunContext):
     """All mechanisms on the Gavel-profiled V100/P100/K80 cluster: time, traffic and accuracy-vs-time curves."""
     rows, res = _single(ctx, curves=True)
@@ -295,7 +291,6 @@ def headline(ctx: RunContext):
     return rows
 
 
-@experiment("petrel", "ablation", params=PetrelParams)
 def ablation(ctx: RunContext):
     """CASP with A3C-chosen communities vs fixed (non-learned) communities: k-means with fixed k, prior
     (speed classes, never re-formed) and random assignment."""
@@ -309,12 +304,11 @@ def ablation(ctx: RunContext):
     return rows
 
 
-@experiment("petrel", "a3c_training", params=PetrelParams)
 def a3c_training(ctx: RunContext):
     """Learning curve of the A3C community agent: ``curve_episode_return`` and ``curve_episode_mean_k`` per episode
     (``episode`` column), ``curve_chunk_return`` per chunk (one pass over every training condition; ``episode`` =
     episodes done at its end), and the gate metrics ``improved``, ``plateaued`` and ``converged``."""
-    task = task_for(ctx.params, ctx.data_dir)
+    task = task_for(ctx)
     agents = _agents(ctx, task)
     if not agents:
         raise ValueError("a3c_training needs a casp policy with grouping 'a3c'")

@@ -145,6 +145,9 @@ def test_run_cache_builds_once_per_kind_and_config():
     assert v1 is v2 and v3 == [2] and v4 is not v1
     assert built == [1, 2, 1] and (cache.hits, cache.misses, len(cache)) == (1, 3, 3)
     assert ("task", _Conf(2)) in cache and ("task", _Conf(5)) not in cache
+    t = cache.table("compiled")
+    t["f"] = 1
+    assert cache.table("compiled") is t and cache.table("other") is not t
 
 
 def test_run_all_shares_one_cache_across_the_experiments_of_a_run(toy_conf, tmp_path, monkeypatch):

@@ -99,6 +99,24 @@ def test_killed_training_resumes_from_its_checkpoint_bit_identically(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_fixed_chunk_advance_runs_total_over_chunk_steps_times():
+    keys, lrs = _batch()
+
+    def five(state, x, y):
+        return advance(state, x, y, 5)
+
+    tr = compile_trainer(start, five, 20, start_axes=(0, 0), advance_axes=(0, None, None), steps_arg=None,
+                         chunk_steps=5)
+    assert (tr.chunks, tr.chunk_steps) == (4, 5)
+    out = tr.run((keys, lrs), (X, Y))
+    ref_state, _ = jax.vmap(lambda k, lr: advance(start(k, lr), X, Y, 20))(keys, lrs)
+    np.testing.assert_array_equal(out.state["wb"], ref_state["wb"])
+    assert out.curve is None and out.steps.shape == (3, 20)
+    with pytest.raises(ValueError, match="chunks of 6"):
+        compile_trainer(start, five, 20, start_axes=(0, 0), advance_axes=(0, None, None), steps_arg=None,
+                        chunk_steps=6)
+
+
 def test_advance_axes_must_batch_the_state():
     with pytest.raises(ValueError, match="state's batch axis"):
         compile_trainer(start, advance, 10, start_axes=(0, 0), advance_axes=(None, None, None))

@@ -114,7 +114,8 @@ def test_lookahead_keeps_the_cloud_free_where_myopic_does_not():
     assert on_cloud(myopic(None, None, state, p))
     plan = make_lookahead(4, 4, 2, 0.9)
     assert not on_cloud(jax.jit(plan)(jax.random.key(1), None, state, p))
-    assert make_lookahead(4, 4, 2, 0.9) is plan  # cached: one compilation per setting
+    assert make_lookahead(4, 4, 2, 0.9) == plan and hash(make_lookahead(4, 4, 2, 0.9)) == hash(plan)  # a value:
+    assert make_lookahead(4, 4, 3, 0.9) != plan  # one compilation per setting, keyed by equality
     # with no future (horizon 0 is not allowed; a zero discount is the same) the planner is myopic
     assert on_cloud(jax.jit(make_lookahead(4, 4, 2, 0.0))(jax.random.key(1), None, state, p))
 

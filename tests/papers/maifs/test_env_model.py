@@ -14,7 +14,7 @@ from common.rl.marl import stack_agents
 from common.sim.cluster import overcommit
 from papers.maifs.env import JOB_FEATURES, LEVELS, EnvConfig, MaifsEnv
 from papers.maifs.model import MaifsNet, act, variant
-from papers.maifs.workload import Window, stack
+from papers.maifs.windows import Window, stack
 
 ECFG = EnvConfig(num_agents=2, num_candidates=4, max_substeps=4, round_s=100.0, makespan_weight=2.0,
                  reward_scale=10.0)

@@ -11,10 +11,10 @@ import pytest
 
 from common.sim.cluster import PENDING, RUNNING
 from common.traces.gpu import PhillyJobs
-from papers.maifs import runner
+from papers.maifs import pipeline
 from papers.maifs.env import EnvConfig, MaifsEnv
 from papers.maifs.schemas import MaifsParams
-from papers.maifs.workload import (
+from papers.maifs.windows import (
     Window,
     at_load,
     cap_durations,
@@ -105,11 +105,11 @@ def _fake_philly(n=4000, seed=0):
 
 def test_philly_windows_are_at_load_capped_and_training_is_disjoint_from_evaluation():
     ph = _fake_philly()
-    d = runner.Data(_Profiles(), ph, None, {}, {})
+    d = pipeline.Data(_Profiles(), ph, None, {}, {})
     p = MaifsParams(jobs_per_window=60, eval_windows=12, train_windows=10, load=0.9, cap_duration_h=2.0,
                     train_loads=[0.7, 1.1])
-    ev, dropped = runner.eval_windows(d, p, 32, "philly")  # checks disjointness itself
-    tr = runner.training_windows(d, p, 32, "philly")
+    ev, dropped = pipeline.eval_windows(d, p, 32, "philly")  # checks disjointness itself
+    tr = pipeline.training_windows(d, p, 32, "philly")
     assert len(ev) == 12 and len(tr) == 10
     assert dropped["capped[duration>2h]"] > 0
     for w in ev:
@@ -121,7 +121,7 @@ def test_philly_windows_are_at_load_capped_and_training_is_disjoint_from_evaluat
         assert ph.submit_s[w.source].max() < 1509494400.0
     check_disjoint(tr, ev)
     # the same windows at another load: same jobs, arrivals rescaled
-    ev13, _ = runner.eval_windows(d, p, 32, "philly", load=1.3)
+    ev13, _ = pipeline.eval_windows(d, p, 32, "philly", load=1.3)
     for a, b in zip(ev, ev13, strict=True):
         np.testing.assert_array_equal(a.source, b.source)
         assert offered_load(b, 32) == pytest.approx(1.3)
@@ -220,29 +220,29 @@ def test_converged_on_hand_made_curves():
     falling = 10.0 - 0.05 * u  # still improving ~20 % between the last two fifths
     noisy = flat + np.where(u % 2, 0.1, -0.1)
     worse = 5.0 + 0.01 * u  # getting worse is not "still improving"
-    got = runner.converged(np.stack([flat, falling, noisy, worse]), tol=0.05)
+    got = pipeline.converged(np.stack([flat, falling, noisy, worse]), tol=0.05)
     assert got.tolist() == [1.0, 0.0, 1.0, 1.0]
     # updates without a finished episode (NaN) are ignored; a fifth with none is not converged
     gappy = flat.copy()
     gappy[::3] = np.nan
     empty = flat.copy()
     empty[80:] = np.nan
-    assert runner.converged(np.stack([gappy, empty]), tol=0.05).tolist() == [1.0, 0.0]
-    assert runner.converged(np.ones((1, 1)), tol=0.05).tolist() == [0.0]  # too short to tell
+    assert pipeline.converged(np.stack([gappy, empty]), tol=0.05).tolist() == [1.0, 0.0]
+    assert pipeline.converged(np.ones((1, 1)), tol=0.05).tolist() == [0.0]  # too short to tell
 
 
 def test_gates_per_seed_from_curves_and_the_untrained_check():
     u = np.arange(50, dtype=float)
     flat, falling = 4.0 + np.exp(-u), 10.0 - 0.1 * u
-    tr = runner.Trained(names=["maifs", "dl2"], seeds=np.array([0, 1]), params=None, var=None,
+    tr = pipeline.Trained(names=["maifs", "dl2"], seeds=np.array([0, 1]), params=None, var=None,
                         curves={"jct_h": np.stack([flat, falling, flat, flat])}, env_cfg=None, cfg=None, seconds=0,
                         check={"trained": np.array([3.0, 3.0, 4.0, 3.99]),
                                "untrained": np.array([4.0, 2.9, 4.0, 4.0])})
     p = MaifsParams(converge_tol=0.05, beats_margin=0.01)
-    g = runner.gates(tr, "maifs", p)
+    g = pipeline.gates(tr, "maifs", p)
     assert g["converged"].tolist() == [1.0, 0.0]
     assert g["beats_untrained"].tolist() == [1.0, 0.0]  # seed 1: worse than its untrained network
-    g = runner.gates(tr, "dl2", p)
+    g = pipeline.gates(tr, "dl2", p)
     assert g["converged"].tolist() == [1.0, 1.0]
     assert g["beats_untrained"].tolist() == [0.0, 0.0]  # equal, or less than 1 % better: not a training gain
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from common.collectives.distributed import hostname_is_loopback, launch
-from papers.petrel.distributed_bsp import BSPJob, simulated_bsp
 from tests.conftest import DATA
+from tests.papers.petrel.distributed_bsp import BSPJob, simulated_bsp
 
 pytestmark = pytest.mark.skipif(
     not hostname_is_loopback(),
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(
 
 def test_two_process_bsp_matches_simulator_bit_for_bit():
     job = BSPJob(data_dir=str(DATA), steps=3, seed=11, n_train=1024, n_test=100, hidden=16, mode="map")
-    results = launch(2, "papers.petrel.distributed_bsp:bsp_worker", job, timeout_s=600)
+    results = launch(2, "tests.papers.petrel.distributed_bsp:bsp_worker", job, timeout_s=600)
     sim_w = simulated_bsp(job, num_workers=2)
     assert [r["process_id"] for r in results] == [0, 1]
     for r in results:

@@ -35,7 +35,7 @@ def test_best_and_mean_noncommunity():
 
 
 def _res(policy, seed, t, decisions=()):
-    from papers.petrel.runner import RunResult
+    from papers.petrel.batch_runs import RunResult
 
     return RunResult(policy, seed, {"time_to_target_s": t}, [], list(decisions))
 
