@@ -57,10 +57,28 @@ def paper_modules(conf_dir: Path | str | None = None) -> dict[str, str]:
     return out
 
 
-def register_paper_schemas(conf_dir: Path | str | None = None) -> None:
-    """Import ``<module>.schemas`` for every paper of the conf tree so their dataclasses are in the ConfigStore."""
-    for module in paper_modules(conf_dir).values():
-        _import_schemas(module)
+def register_paper_schemas(conf_dir: Path | str | None = None, only: set[str] | None = None) -> None:
+    """Import ``<module>.schemas`` of the papers ``only`` names (every paper of the conf tree when ``None``) so their
+    dataclasses are in the ConfigStore."""
+    for key, module in paper_modules(conf_dir).items():
+        if only is None or key in only:
+            _import_schemas(module)
+
+
+def papers_selected(overrides: Sequence[str]) -> set[str] | None:
+    """The papers an override list composes (``experiment=<paper>/<name>``, ``policy=<paper>/<name>``,
+    ``paper=<key>``, with or without ``+``), or ``None`` when it names none (then every paper's schemas are
+    registered): composing one paper's experiment imports no other paper's code."""
+    out: set[str] = set()
+    for ov in overrides:
+        key, sep, value = str(ov).lstrip("+~").partition("=")
+        if not sep or "@" in key:
+            continue
+        if key in ("experiment", "policy") and "/" in value:
+            out.add(value.split("/", 1)[0])
+        elif key == "paper" and value:
+            out.add(value)
+    return out or None
 
 
 @functools.cache
@@ -111,7 +129,7 @@ def compose_run(overrides: Sequence[str] = (), conf_dir: Path | str | None = Non
     """Compose ``conf/config.yaml`` with ``overrides`` once, validate every group and resolve the experiment into a
     :class:`RunSpec` (raises ConfigError)."""
     conf_dir = Path(conf_dir) if conf_dir else CONF_DIR
-    register_paper_schemas(conf_dir)
+    register_paper_schemas(conf_dir, papers_selected(overrides))
     try:
         with _hydra(conf_dir):
             cfg = hydra_compose("config", overrides=list(overrides))

@@ -165,3 +165,29 @@ def test_run_all_shares_one_cache_across_the_experiments_of_a_run(toy_conf, tmp_
     rc = run_all.main(["toy", "--profile", "smoke", "--conf-dir", str(toy_conf), "--results-dir", str(tmp_path),
                        "--no-claims", "--override", "experiment.params.sleep_s=0"])
     assert rc == 0 and len(seen) == 2 and seen[0] is seen[1] and isinstance(seen[0], RunCache)
+
+
+@pytest.mark.parametrize("overrides, expect", [
+    (["experiment=swallow/headline", "profile=smoke"], {"swallow"}),
+    (["+experiment=petrel/headline", "policy=petrel/casp"], {"petrel"}),
+    (["paper=maifs"], {"maifs"}),
+    (["profile=smoke"], None),
+    (["experiment=headline"], None),  # no paper named: register every paper's schemas
+])
+def test_papers_selected_by_overrides(overrides, expect):
+    assert config_mod.papers_selected(overrides) == expect
+
+
+def test_composing_one_papers_experiment_imports_no_other_paper():
+    """The schema scan is limited to the paper being composed (fresh process: nothing imported before)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = ("import sys; from common.repro.config import compose_run; compose_run(['experiment=swallow/headline']);"
+            "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('papers.')}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['swallow']"
