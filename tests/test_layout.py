@@ -18,7 +18,7 @@ import yaml
 from common.repro.config import experiments_of, papers_in_conf
 from tests.conftest import ROOT
 
-NOT_YET_MOVED = {"canary", "evogwp", "fedfoa", "labelavg"}
+NOT_YET_MOVED = {"evogwp", "fedfoa"}
 
 
 def _fn_declared(paper: str) -> list[bool]:

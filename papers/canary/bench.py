@@ -5,38 +5,26 @@
 1. Sketch: ``quantize`` + ``dequantize`` of a float32 tensor of ``--mb`` MB (pieces of ``--piece`` elements),
    jitted, against a jitted copy (``x + 0`` into a fresh buffer) of the same tensor in the same run. GB/s counts
    the float32 input bytes once; the ratio sketch/copy is the figure of merit (goal >= 0.5).
-2. DES: Canary (sketch; staleness 1 and synchronous, all three NICs of BCube(3,2)), BML and PS on 27 servers,
-   MNIST MLP layout, 10 Gbps: simulated iterations (every worker) per wall-second.
+2. DES: Canary (sketch; staleness 1 and synchronous, all three NICs of BCube(3,2)), BML and PS on 27 servers at
+   10 Gbps, on the ``canary/tta_bcube27`` experiment's own cluster, compute model and layout (its proxy's pieces on
+   its timing model's gradient): simulated iterations (every worker) per wall-second.
 
-Prints wall and process-CPU seconds and the load average (the machine is shared). Compilation is excluded.
+Timings through the shared harness (:mod:`common.repro.bench`: first call, then min/median of repeats, load).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from common.quant import sketch
-from common.sim.netsim import gbps_to_bytes_per_s
-from papers.canary.data import SHAPES, layout_for_shape
-from papers.canary.protocols import NetSpec, ProtocolSpec, simulate
-from papers.canary.workload import ComputeModel
-
-
-def _best(fn, repeats: int) -> tuple[float, float]:
-    """Best wall and its CPU seconds over ``repeats`` calls of ``fn`` (already compiled)."""
-    best = (float("inf"), 0.0)
-    for _ in range(repeats):
-        w0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        w, c = time.perf_counter() - w0, time.process_time() - c0
-        best = min(best, (w, c))
-    return best
+from common.repro.bench import bench_context, machine_line, time_it
+from papers.canary.data import load_images_trace, model_layout
+from papers.canary.experiments import compute_model, des_layout, net_spec
+from papers.canary.protocols import ProtocolSpec, simulate
 
 
 def bench_sketch(mb: float, piece: int, repeats: int) -> None:
@@ -45,35 +33,34 @@ def bench_sketch(mb: float, piece: int, repeats: int) -> None:
     copy = jax.jit(lambda a: a + 0.0)
     rt = jax.jit(lambda a: sketch.dequantize(sketch.quantize(a, piece), n))
     q = jax.jit(lambda a: sketch.quantize(a, piece))
-    for f in (copy, rt, q):
-        jax.block_until_ready(f(x))
     gb = n * 4 / 1e9
-    print(f"# sketch: {n} float32 ({mb:g} MB), pieces of {piece}; cpus={os.cpu_count()}")
-    print(f"{'kernel':22s} {'wall_s':>8s} {'cpu_s':>8s} {'GB/s':>8s} {'vs copy':>8s}")
-    w_copy, c_copy = _best(lambda: jax.block_until_ready(copy(x)), repeats)
-    for name, f in (("memory copy", copy), ("quantize", q), ("quantize+dequantize", rt)):
-        w, c = (w_copy, c_copy) if f is copy else _best(lambda f=f: jax.block_until_ready(f(x)), repeats)
-        print(f"{name:22s} {w:8.4f} {c:8.4f} {gb / w:8.2f} {w_copy / w:8.2f}")
+    print(f"# sketch: {n} float32 ({mb:g} MB), pieces of {piece}")
+    t_copy = time_it("memory copy", lambda: copy(x), repeats)
+    for t in (t_copy, time_it("quantize", lambda: q(x), repeats),
+              time_it("quantize+dequantize", lambda: rt(x), repeats)):
+        print(f"{t.line()}; {gb / t.min_s:.2f} GB/s, {t_copy.min_s / t.min_s:.2f}x the copy")
     err = np.abs(np.asarray(rt(x)) - np.asarray(x))
     bound = np.asarray(sketch.error_bound(q(x), n))
     print(f"max |x - dequant(quant(x))| / bound = {float((err / bound).max()):.3f} (<= 1 required)")
 
 
-def bench_des(iterations: int) -> None:
-    layout = layout_for_shape("mlp", SHAPES["mnist"], 65536, 16384)
-    cm = ComputeModel(4e12, 20e-6, 1e-3, 2.0)
-    ns = NetSpec(3, 2, gbps_to_bytes_per_s(10.0), 5e-6, 16)
-    print(f"# DES: BCube(3,2) = {ns.num_servers} servers, {layout.num_pieces} pieces/iteration, 10 Gbps, "
+def bench_des(iterations: int, repeats: int) -> None:
+    ctx = bench_context("canary/tta_bcube27")
+    hw, p = ctx.hardware, ctx.params
+    data = load_images_trace(ctx.trace, ctx.data_dir, n_train=p.n_train or None, n_test=p.n_test)
+    layout = des_layout(hw, model_layout(p.model, data, p.colayer_bytes, p.piece_elems))
+    cm = compute_model(hw)
+    ns = net_spec(hw, 10.0)
+    print(f"# DES: BCube({ns.n},{ns.k}) = {ns.num_servers} servers, {layout.num_pieces} pieces/iteration, 10 Gbps, "
           f"{iterations} iterations")
-    print(f"{'protocol':18s} {'wall_s':>8s} {'cpu_s':>8s} {'iter/wall-s':>12s} {'messages/it':>14s}")
     for name, spec in (("canary (stale 1)", ProtocolSpec("canary", sketch=True, staleness=1)),
                        ("canary (sync)", ProtocolSpec("canary", sketch=True)),
                        ("bml", ProtocolSpec("bml")), ("ps", ProtocolSpec("ps"))):
-        simulate(spec, ns, layout, cm, 32, 2)  # warm up imports and caches
-        w0, c0 = time.perf_counter(), time.process_time()
-        s = simulate(spec, ns, layout, cm, 32, iterations)
-        w, c = time.perf_counter() - w0, time.process_time() - c0
-        print(f"{name:18s} {w:8.3f} {c:8.3f} {iterations / w:12.1f} {s.transfers_per_iteration:14.0f}")
+        t = time_it(name, lambda spec=spec: simulate(spec, ns, layout, cm, p.batch, iterations), repeats,
+                    per=f"{iterations} iterations")
+        s = simulate(spec, ns, layout, cm, p.batch, iterations)
+        print(f"{t.line()}; {iterations / t.min_s:.1f} iterations/wall-s, {s.transfers_per_iteration:.0f} "
+              "messages/iteration")
 
 
 def main(argv=None) -> None:
@@ -83,9 +70,9 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--iterations", type=int, default=20)
     a = ap.parse_args(argv)
+    print(machine_line())
     bench_sketch(a.mb, a.piece, a.repeats)
-    bench_des(a.iterations)
-    print(f"load average (1, 5, 15 min): {os.getloadavg()}")
+    bench_des(a.iterations, a.repeats)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 from common.models.data import ImageData, load_image_data
 from common.models.small import make_model, pure
 from common.traces import register_loader
-from papers.canary.workload import Layout, make_layout, profile_layers
+from papers.canary.compute_model import Layout, make_layout, profile_layers
 
 SHAPES: dict[str, tuple[int, int, int]] = {"mnist": (28, 28, 1), "fashion_mnist": (28, 28, 1),
                                            "cifar10_jpeg": (32, 32, 3)}

@@ -2,7 +2,7 @@
 
 Every training experiment runs the same pipeline (:func:`train_and_time`): for each NIC rate and policy, the
 discrete-event model (:mod:`papers.canary.protocols`) gives the schedule, the policy's aggregation numerics
-(:mod:`papers.canary.numerics`) train the real model on real data for every seed (``vmap``), and the schedule
+(:mod:`papers.canary.train`) train the real model on real data for every seed (``vmap``), and the schedule
 maps iterations to simulated wall-clock. Policies whose numerics coincide (the fp32 mean of PS, BML and ring
 all-reduce; identical visibility schedules) share one training run.
 """
@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.repro import RunContext, experiment, metric_rows
+from common.repro import RunContext, metric_rows
 from common.repro.plots import figure, lines_with_ci
 from common.sim.netsim import gbps_to_bytes_per_s
 from common.timing import MODELS as TIMING_MODELS
 from common.timing import comm_compute_ratio, effective_flops_per_s
+from papers.canary.compute_model import ComputeModel, Layout, timing_layout
 from papers.canary.data import SHAPES, layout_for_shape, load_images_trace, model_layout
-from papers.canary.numerics import Exchange, Setup, make_train
 from papers.canary.protocols import NetSpec, ProtocolSpec, Schedule, simulate
 from papers.canary.schemas import (
     AccuracyCostParams,
@@ -31,7 +31,7 @@ from papers.canary.schemas import (
     TrafficParams,
     TrainParams,
 )
-from papers.canary.workload import ComputeModel, Layout, timing_layout
+from papers.canary.train import Exchange, Setup, make_train
 
 
 def compute_model(hw: BCubeCluster) -> ComputeModel:
@@ -238,19 +238,16 @@ def _tta_experiment(ctx: RunContext) -> list[dict]:
     return rows + accuracy_drop_rows(ctx, runs, p)
 
 
-@experiment("canary", "tta_bcube9", params=TrainParams)
 def tta_bcube9(ctx: RunContext) -> list[dict]:
     """Time to accuracy, throughput and bytes of Canary and every baseline on BCube(3,1), 1/10/25 Gbps."""
     return _tta_experiment(ctx)
 
 
-@experiment("canary", "tta_bcube27", params=TrainParams)
 def tta_bcube27(ctx: RunContext) -> list[dict]:
     """The same on BCube(3,2): 27 servers with three NICs each."""
     return _tta_experiment(ctx)
 
 
-@experiment("canary", "ablation", params=TrainParams)
 def ablation(ctx: RunContext) -> list[dict]:
     """Canary without the sketch, without asynchrony, with one NIC, without pipelining."""
     return _tta_experiment(ctx)
@@ -266,7 +263,6 @@ def plateaued(acc: np.ndarray, plateau_pp: float) -> np.ndarray:
     return (gain < plateau_pp).astype(float)
 
 
-@experiment("canary", "accuracy_cost", params=AccuracyCostParams)
 def accuracy_cost(ctx: RunContext) -> list[dict]:
     """Final MNIST accuracy of Canary (sketch + staleness) and synchronous Canary (sketch) against BML (fp32), every
     policy at the same optimiser, long enough to plateau (gate ``plateaued`` per run)."""
@@ -280,7 +276,6 @@ def accuracy_cost(ctx: RunContext) -> list[dict]:
     return rows + accuracy_drop_rows(ctx, runs, p)
 
 
-@experiment("canary", "sketch_accuracy", params=TrainParams)
 def sketch_accuracy(ctx: RunContext) -> list[dict]:
     """Accuracy impact of the 8-bit sketch at equal iterations on the CNN variant (CIFAR-10 JPEG copy, LeNet-5)."""
     p: TrainParams = ctx.params
@@ -298,7 +293,6 @@ def ratio_gbps(hw: BCubeCluster, batch: int, ratio: float) -> float:
     return comm_compute_ratio(TIMING_MODELS[hw.workload](), batch, rate, 1.0) / ratio
 
 
-@experiment("canary", "comm_ratio", params=CommRatioParams)
 def comm_ratio(ctx: RunContext) -> list[dict]:
     """Claim boundary: Canary's speed-ups against BML, the PS and Ako as the communication-to-compute ratio grows
     (the NIC rate set per ratio for ``hardware.workload``; the numerics train the proxy)."""
@@ -340,7 +334,6 @@ def sweep_score(run: PolicyRun, target: float, iterations: int, eval_every: int)
     return float(its.mean()), -float(run.acc[:, -1].mean())
 
 
-@experiment("canary", "optimiser_sweep", params=OptimiserSweepParams)
 def optimiser_sweep(ctx: RunContext) -> list[dict]:
     """Each policy's (lr, momentum) from one shared grid, on tuning seeds disjoint from the reported seeds.
 
@@ -389,7 +382,6 @@ def plot_sweep(ctx: RunContext, runs: list[PolicyRun], p: OptimiserSweepParams) 
     ctx.save_figure(fig, "final_accuracy_vs_optimiser")
 
 
-@experiment("canary", "traffic", params=TrafficParams)
 def traffic(ctx: RunContext) -> list[dict]:
     """Bytes on the wire per iteration of every policy on BCube(3,1) and BCube(3,2) (deterministic)."""
     p: TrafficParams = ctx.params
@@ -429,7 +421,6 @@ def traffic(ctx: RunContext) -> list[dict]:
     return rows
 
 
-@experiment("canary", "piece_sweep", params=PieceSweepParams)
 def piece_sweep(ctx: RunContext) -> list[dict]:
     """Canary throughput against piece size and NIC rate, with all NICs and with one (deterministic)."""
     p: PieceSweepParams = ctx.params

@@ -1,7 +1,7 @@
 """Discrete-event simulations of Canary and its baselines on :mod:`common.sim.netsim` (time and bytes only).
 
 Gradient *values* never change what goes on the wire (sizes are fixed by the layout and the encoding), so each
-protocol is simulated once per configuration and hands the training numerics (:mod:`papers.canary.numerics`)
+protocol is simulated once per configuration and hands the training numerics (:mod:`papers.canary.train`)
 a :class:`Schedule`: when every worker starts every iteration, the bytes it moved, and for the asynchronous
 protocols which update becomes visible to which worker at which iteration.
 
@@ -50,8 +50,8 @@ from common.collectives.bcube import BCube
 from common.quant.pieces import num_pieces
 from common.quant.sketch import PIECE_META_BYTES
 from common.sim.netsim import EventLoop, Network, Transfer
+from papers.canary.compute_model import ComputeModel, Layout
 from papers.canary.gei import GradientExchangeIndex
-from papers.canary.workload import ComputeModel, Layout
 
 PROTOCOLS = ("canary", "ps", "ring", "bml", "ako")
 
@@ -340,7 +340,7 @@ def piece_tree(bc: BCube, num_pieces_: int):
 # ---------------------------------------------------------------------------------------------- PS
 
 
-class PSSim(_Sim):
+class ParamServerSim(_Sim):
     def __init__(self, spec, net_spec, layout, cm, batch, iterations, keep_log=False, compute_scale=None):
         super().__init__(spec, net_spec, layout, cm, batch, iterations, 1, keep_log, compute_scale)
         bounds = np.linspace(0, layout.size, self.N + 1).round().astype(int)
@@ -553,7 +553,7 @@ class AkoSim(_Sim):
         return super().schedule(visible=vis, ako_partitions=self.p)
 
 
-_SIMS = {"canary": CanarySim, "ps": PSSim, "ring": RingSim, "bml": BMLSim, "ako": AkoSim}
+_SIMS = {"canary": CanarySim, "ps": ParamServerSim, "ring": RingSim, "bml": BMLSim, "ako": AkoSim}
 
 
 def simulate(spec: ProtocolSpec, net_spec: NetSpec, layout: Layout, cm: ComputeModel, batch: int,

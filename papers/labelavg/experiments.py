@@ -13,14 +13,14 @@ import optax
 from common.fl.clients import Federation, init_opt, init_params, local_train, make_federation
 from common.fl.partition import dirichlet_partition, pad_partitions, split_public
 from common.models.data import STATS, load_image_data
-from common.repro import RunContext, experiment, metric_rows
+from common.repro import RunContext, metric_rows
 from common.traces.images import fashion_mnist_dir
 from papers.labelavg import plots
 from papers.labelavg.attack import AttackSetup, make_attack
 from papers.labelavg.fd import make_train, traffic
 from papers.labelavg.metrics import closest_match
 from papers.labelavg.models import REGISTRY
-from papers.labelavg.schemas import AccuracyParams, AttackParams, FDSchedule
+from papers.labelavg.schemas import FDSchedule
 
 # the trace column of every row; the CIFAR-10 copy is lossy JPEG (quality ~75), and says so
 TRACE = {"mnist": "mnist", "fashion_mnist": "fashion_mnist", "cifar10_jpeg": "cifar10_jpeg_q75"}
@@ -88,7 +88,6 @@ def _shapes(arrays):
     return {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in arrays.items()}
 
 
-@experiment("labelavg", "accuracy", params=AccuracyParams)
 def accuracy(ctx: RunContext):
     """Test accuracy (mean and worst client) and exact bytes per client per round, per method, dataset, alpha."""
     p, hw, sched = ctx.params, ctx.hardware, ctx.params.fd
@@ -130,9 +129,9 @@ def accuracy(ctx: RunContext):
     return rows
 
 
-# The same experiment with one dataset per config file, so that the datasets can run as separate processes.
-for _name in ("accuracy_fashion_mnist", "accuracy_cifar10_jpeg"):
-    experiment("labelavg", _name, params=AccuracyParams)(accuracy)
+# conf/experiment/labelavg/accuracy_{fashion_mnist,cifar10_jpeg}.yaml name this same function (one dataset per
+# config file, so that the datasets can run as separate processes); attack_adaptive.yaml names attack().
+
 
 
 def train_evaluator(data: FDData, arch: str, steps: int, key: jax.Array) -> tuple[Callable, object]:
@@ -159,7 +158,6 @@ def _candidates(x_priv: np.ndarray, y_priv: np.ndarray, part: np.ndarray, classe
     return out, mask
 
 
-@experiment("labelavg", "attack", params=AttackParams)
 def attack(ctx: RunContext):
     """L-Attack (zo), the adaptive label-only attacker (sign), white-box and no-information references against
     one client of a trained federation, per method: PSNR / SSIM to the closest private image, attack accuracy."""
@@ -229,4 +227,3 @@ def attack(ctx: RunContext):
 
 
 # The same experiment for the adaptive / white-box attackers, so that it can run as a separate process.
-experiment("labelavg", "attack_adaptive", params=AttackParams)(attack)

@@ -8,8 +8,8 @@ import pytest
 
 from common.collectives.distributed import hostname_is_loopback, launch
 from common.quant.sketch import NonFiniteGradientError, wire_bytes
-from papers.canary.distributed_step import StepJob, _task, decode_sum, local_sketch, shard_batch, simulated_step
 from tests.conftest import DATA
+from tests.papers.canary.distributed_step import StepJob, _task, decode_sum, local_sketch, shard_batch, simulated_step
 
 loopback_only = pytest.mark.skipif(
     not hostname_is_loopback(),
@@ -22,7 +22,7 @@ JOB = StepJob(data_dir=str(DATA), steps=2, seed=5, n_train=512, hidden=16, piece
 
 @loopback_only
 def test_two_process_step_matches_single_process_simulation():
-    results = launch(2, "papers.canary.distributed_step:canary_step_worker", JOB, timeout_s=600)
+    results = launch(2, "tests.papers.canary.distributed_step:canary_step_worker", JOB, timeout_s=600)
     sim = simulated_step(JOB, num_workers=2)
     assert [r["process_id"] for r in results] == [0, 1]
     for r in results:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from common.collectives.bcube import BCube
 from common.sim.netsim import channel_overlaps
+from papers.canary.compute_model import ComputeModel, Layer, make_layout
 from papers.canary.protocols import (
     NetSpec,
     ProtocolSpec,
@@ -18,7 +19,6 @@ from papers.canary.protocols import (
     simulate,
     split_sizes,
 )
-from papers.canary.workload import ComputeModel, Layer, make_layout
 
 HDR = 16
 

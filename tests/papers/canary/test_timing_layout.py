@@ -1,4 +1,4 @@
-"""The proxy's pieces on a realistic model's gradient (papers/canary/workload.timing_layout): known answers."""
+"""The proxy's pieces on a realistic model's gradient (papers/canary/compute_model.timing_layout): known answers."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from common.timing import effective_flops_per_s, mlp, resnet50, step_time_s, vgg16
+from papers.canary.compute_model import ComputeModel, Layer, make_layout, realistic_layers, timing_layout
 from papers.canary.data import layout_for_shape
 from papers.canary.experiments import compute_model, des_layout
 from papers.canary.protocols import NetSpec, ProtocolSpec, payload_bytes, simulate
 from papers.canary.schemas import BCubeCluster
-from papers.canary.workload import ComputeModel, Layer, make_layout, realistic_layers, timing_layout
 
 
 def _tiny_proxy():

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from common.models.small import make_model, pure
+from papers.canary.compute_model import ComputeModel, Layer, make_layout, profile_layers
 from papers.canary.data import layout_for_shape
 from papers.canary.protocols import payload_bytes, sketch_bytes
-from papers.canary.workload import ComputeModel, Layer, make_layout, profile_layers
 
 
 def test_mlp_and_lenet_flops_known_answers():

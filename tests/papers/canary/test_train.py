@@ -11,8 +11,8 @@ from common.collectives.bcube import BCube
 from common.models.data import load_image_data
 from common.quant import sketch
 from papers.canary.data import layout_for_shape, model_layout
-from papers.canary.numerics import Exchange, Setup, _masks, aggregate, make_train
 from papers.canary.protocols import piece_tree
+from papers.canary.train import Exchange, Setup, _masks, aggregate, make_train
 from tests.conftest import DATA
 from tests.papers.canary.test_protocols import small_layout
 
@@ -63,7 +63,7 @@ def test_sketched_ring_and_ps_numerics_match_the_spmd_collectives():
 import jax, jax.numpy as jnp, numpy as np
 from common.collectives import ring, ps
 from common.collectives.mesh import make_mesh, spmd
-from papers.canary.numerics import Exchange, aggregate
+from papers.canary.train import Exchange, aggregate
 from tests.papers.canary.test_protocols import small_layout
 lay = small_layout((300, 500, 200), colayer_bytes=1200, piece=64)
 g = jax.random.normal(jax.random.key(3), (4, lay.size)) * jnp.arange(1.0, 5.0)[:, None]

@@ -44,8 +44,8 @@ from common.collectives.bcube import BCube
 from common.models.data import ImageData
 from common.models.small import accuracy, cross_entropy, make_model, pure
 from common.quant import sketch
+from papers.canary.compute_model import Layout
 from papers.canary.protocols import piece_tree
-from papers.canary.workload import Layout
 
 KINDS = ("exact", "ring8", "ps8", "tree", "ako")
 
