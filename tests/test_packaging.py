@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -29,8 +30,13 @@ def installed(tmp_path_factory):
     if int(setuptools.__version__.split(".")[0]) < 68:
         pytest.skip("setuptools < 68 cannot build from pyproject.toml")
     pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp / "dist"), str(ROOT)],
-                   check=True, cwd=ROOT, capture_output=True, timeout=600)
+    # setuptools builds in the checkout's build/ folder: test workers (pytest-xdist) take turns, or two builds race
+    lock = ROOT / "build" / ".wheel-build.lock"
+    lock.parent.mkdir(exist_ok=True)
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp / "dist"), str(ROOT)],
+                       check=True, cwd=ROOT, capture_output=True, timeout=600)
     (whl,) = (tmp / "dist").glob("mlsys_repro-*.whl")
     subprocess.run([*pip, "install", "--no-deps", "--target", str(tmp / "site"), str(whl)], check=True,
                    capture_output=True, timeout=600)
