@@ -1,1 +1,1 @@
-"""Gradient compression kernels: the 8-bit sketch, QSGD, TernGrad (import submodules)."""
+"""Gradient compression kernels: the 8-bit sketch and its pieces (import submodules)."""

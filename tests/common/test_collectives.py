@@ -62,7 +62,8 @@ def test_bcube_with_k0_is_a_single_switch():
 
 SPMD_9 = """
 import jax, jax.numpy as jnp, numpy as np
-from common.collectives import ring, ps, bcube
+from common.collectives import bcube
+from tests.common.oracles import ring, ps
 from common.collectives.mesh import make_mesh, spmd
 assert jax.device_count() == 9
 n, D, piece = 9, 9 * 2 * 64, 32

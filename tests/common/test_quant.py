@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.quant import qsgd, sketch, terngrad
+from common.quant import sketch
 from common.quant.pieces import from_pieces, num_pieces, piece_lengths, to_pieces
 
 # ------------------------------------------------------------------------------------------------ pieces
@@ -168,34 +168,3 @@ def test_roundtrip_pieces_batched_matches_flat():
     out = sketch.roundtrip_pieces(x)
     for i in range(3):
         np.testing.assert_allclose(out[i].reshape(-1), sketch.roundtrip(x[i].reshape(-1), 16), rtol=1e-6, atol=1e-6)
-
-
-# ------------------------------------------------------------------------------------------------ QSGD, TernGrad
-
-
-def test_qsgd_unbiased_and_variance_bound():
-    v = jax.random.normal(jax.random.key(6), (200,))
-    keys = jax.random.split(jax.random.key(7), 2000)
-    outs = jax.vmap(lambda k: qsgd.dequantize(qsgd.quantize(v, k, 4, 50), 4, 200))(keys)
-    mse = float(jnp.mean(jnp.sum((outs - v) ** 2, axis=1)))
-    assert mse <= float(qsgd.variance_bound(v, 4, 50)) * 1.05
-    assert float(jnp.max(jnp.abs(outs.mean(0) - v))) < 0.1
-    code = qsgd.quantize(v, keys[0], 4, 50)
-    assert code.levels.dtype == jnp.int8 and int(jnp.max(jnp.abs(code.levels))) <= 4
-    assert qsgd.wire_bits(200, 4, 50) == 200 * 4 + 32 * 4
-    with pytest.raises(ValueError, match="levels"):
-        qsgd.wire_bits(10, 0, 5)
-
-
-def test_terngrad_unbiased_ternary_and_bounded():
-    g = jax.random.normal(jax.random.key(8), (120,))
-    keys = jax.random.split(jax.random.key(9), 2000)
-    codes = jax.vmap(lambda k: terngrad.quantize(g, k, 40))(keys)
-    assert set(np.unique(np.asarray(codes.tern)).tolist()) <= {-1, 0, 1}
-    outs = jax.vmap(lambda c: terngrad.dequantize(c, 120))(codes)
-    smax = np.repeat(np.asarray(codes.scale[0]), 40)
-    assert np.all(np.abs(np.asarray(outs - g)) <= smax + 1e-6)
-    assert float(jnp.max(jnp.abs(outs.mean(0) - g) / smax)) < 0.1
-    assert terngrad.wire_bytes(120, 40) == 30 + 12
-    clipped = terngrad.clip(g, 1.0)
-    assert float(jnp.max(jnp.abs(clipped))) <= float(jnp.std(g)) + 1e-6

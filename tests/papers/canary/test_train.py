@@ -61,7 +61,7 @@ def test_sketched_ring_and_ps_numerics_match_the_spmd_collectives():
 
     out = run_with_devices(4, """
 import jax, jax.numpy as jnp, numpy as np
-from common.collectives import ring, ps
+from tests.common.oracles import ring, ps
 from common.collectives.mesh import make_mesh, spmd
 from papers.canary.train import Exchange, aggregate
 from tests.papers.canary.test_protocols import small_layout
