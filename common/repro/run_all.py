@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import datetime
 import fcntl
+import gc
 import os
 import shutil
 import sys
@@ -66,6 +67,20 @@ def result_lock(path: Path):
         yield
     finally:
         os.close(fd)  # releases the lock; the lock file stays (removing it would race a waiting writer)
+
+
+def release_compiled() -> None:
+    """Drop every compiled XLA executable (they recompile on demand, from the persistent compile cache).
+
+    Each executable keeps its code in a few memory mappings, and a long ``run_all`` (e.g. MAIFS: four experiments
+    and a tuning grid, each training its own programs) can reach the kernel's per-process limit
+    (``vm.max_map_count``, 65,530 by default), where LLVM fails with "Cannot allocate memory" and the process
+    dies with a segmentation fault. Called before every experiment.
+    """
+    import jax  # lazily: --list and --status never load it
+
+    jax.clear_caches()
+    gc.collect()
 
 
 def run_experiment(spec: RunSpec, out_dir: Path | None = None, force: bool = False, log=print,
@@ -202,12 +217,15 @@ def _main(args) -> int:
               "marked -dirty and show as stale until rerun on a clean commit", file=sys.stderr, flush=True)
     failures: list[str] = []
     crashed = False
-    cache = RunCache()  # shared by the experiments of this run (tasks, compiled trainers, trained agents)
+    cache, cache_paper = RunCache(), None  # shared by a paper's experiments (tasks, compiled trainers, agents)
     t_all = time.monotonic()
     print(f"== {len(plan)} experiments, profile={args.profile}, results in {results_dir}", flush=True)
     for i, (paper, name) in enumerate(plan, 1):
         label = f"[{i}/{len(plan)}] {paper}/{name}"
         print(f"{label}: start (elapsed {fmt_seconds(time.monotonic() - t_all)})", flush=True)
+        if paper != cache_paper:  # no paper reads another's entries: free the previous paper's
+            cache, cache_paper = RunCache(), paper
+        release_compiled()
         try:
             spec = compose_run([f"experiment={paper}/{name}", f"profile={args.profile}", *args.override],
                                conf_dir=args.conf_dir)

@@ -284,3 +284,27 @@ def test_grouped_bars_and_bands_stop_at_a_physical_zero():
         assert ax[0, 1].collections[0].get_paths()[0].vertices[:, 1].min() < -0.5
     finally:
         plt.close(fig)
+
+
+def test_release_compiled_drops_executables():
+    import jax
+    import jax.numpy as jnp
+
+    from common.repro.run_all import release_compiled
+
+    f = jax.jit(lambda x: x * 2 + 1)
+    f(jnp.ones(3))
+    assert f._cache_size() == 1
+    release_compiled()
+    assert f._cache_size() == 0
+    assert float(f(jnp.ones(3))[0]) == 3.0  # recompiles on demand
+
+
+def test_run_all_releases_compiled_code_before_every_experiment(toy_conf, tmp_path, monkeypatch):
+    import common.repro.run_all as ra
+
+    calls = []
+    monkeypatch.setattr(ra, "release_compiled", lambda: calls.append(1))
+    assert run_all(["toy", "--conf-dir", str(toy_conf), "--results-dir", str(tmp_path), "--profile", "smoke",
+                    "--no-claims"]) == 0
+    assert len(calls) == len(ra.experiments_of("toy", str(toy_conf))) == 2
