@@ -136,7 +136,9 @@ def test_philly_windows_are_at_load_capped_and_training_is_disjoint_from_evaluat
 
 def _env(tiny, wins, **kw):
     _, cl, sm, md = tiny
-    cfg = EnvConfig(num_agents=2, num_candidates=4, max_substeps=4, round_s=100.0, **kw)
+    base = dict(num_agents=2, num_candidates=4, max_substeps=4, round_s=100.0, makespan_weight=2.0, reward_scale=100.0,
+                num_short=0, num_running=0, conflict_blocks=True)
+    cfg = EnvConfig(**{**base, **kw})
     return MaifsEnv(cl, sm, md, stack(wins), cfg)
 
 
