@@ -279,8 +279,10 @@ CURVE_METRICS = {"jct_h": ("curve_train_jct_h", "h"), "reward": ("curve_train_re
 
 def _curve_rows(tr: pipeline.Trained, names, p: MaifsParams) -> list[dict]:
     """Learning curves and training diagnostics of each learned policy, per seed: one row per metric and block of
-    ``updates_per_chunk`` updates (its mean; blocks without a finished training episode have no JCT row). ``step``
-    is the number of PPO updates done at the end of the block, ``env_steps`` the environment steps per seed."""
+    ``updates_per_chunk`` updates (its mean; blocks without a finished training episode have no JCT row), and
+    ``curve_check_jct_h``, the greedy JCT on the curve windows at the end of each block (what the ``converged``
+    gate reads). ``step`` is the number of PPO updates done at the end of the block, ``env_steps`` the environment
+    steps per seed."""
     out = []
     steps = p.num_envs * p.rollout_len
     per = p.updates_per_chunk
@@ -288,6 +290,9 @@ def _curve_rows(tr: pipeline.Trained, names, p: MaifsParams) -> list[dict]:
         v = tr.names.index(n)
         for i, s in enumerate(tr.seeds):
             k = v * len(tr.seeds) + i
+            for j, val in enumerate(np.asarray(tr.curves["check_jct_h"][k], float)):
+                out.append({"policy": n, "seed": int(s), "metric": "curve_check_jct_h", "value": float(val),
+                            "unit": "h", "step": (j + 1) * per, "env_steps": (j + 1) * per * steps})
             for key, (metric, unit) in CURVE_METRICS.items():
                 if key not in tr.curves:
                     continue
@@ -319,8 +324,8 @@ def _curve_figure(ctx: RunContext, curves: list[dict]) -> None:
         return
     fig, ax = figure(2, 2, w=5.5)
     cv = pd.DataFrame(curves)
-    for axi, (metric, label) in zip(ax.ravel(), (("curve_train_jct_h", "training-episode JCT (h)"),
-                                                  ("curve_train_reward", "mean reward per step"),
+    for axi, (metric, label) in zip(ax.ravel(), (("curve_check_jct_h", "greedy JCT, curve windows (h)"),
+                                                  ("curve_train_jct_h", "training-episode JCT (h)"),
                                                   ("curve_value_loss", "value loss (normalised)"),
                                                   ("curve_entropy", "policy entropy")), strict=True):
         lines_with_ci(axi, cv, metric, "step", xlabel="PPO updates", ylabel=label)

@@ -167,6 +167,7 @@ class MaifsParams:
     lookahead: int = 24
     # validity gates of learned policies
     check_windows: int = 8  # training windows on which trained and untrained networks are compared
+    curve_windows: int = 4  # the first training windows on which the learning curve (greedy JCT) is evaluated
     converge_tol: float = 0.05  # converged: last-fifth improvement of training JCT over the previous fifth below
     beats_margin: float = 0.01  # beats_untrained: JCT at least this fraction below the untrained network's
     # PPO tuning (experiment ``tuning``): every learned family trains at each (lr, ent_coef) of one shared grid on
@@ -190,8 +191,9 @@ class MaifsParams:
         if self.load <= 0 or any(x <= 0 for x in self.loads) or not self.train_loads or any(
                 x <= 0 for x in self.train_loads):
             raise ValueError("params.load, params.loads and params.train_loads must be positive")
-        if self.cap_duration_h <= 0 or self.eval_windows < 1 or self.saturn_parts < 1 or self.check_windows < 1:
-            raise ValueError("need cap_duration_h > 0, eval_windows, saturn_parts, check_windows >= 1")
+        if self.cap_duration_h <= 0 or self.eval_windows < 1 or self.saturn_parts < 1 or self.check_windows < 1 \
+                or self.curve_windows < 1:
+            raise ValueError("need cap_duration_h > 0, eval_windows, saturn_parts, check_windows, curve_windows >= 1")
         if not 0 <= self.num_short <= self.num_candidates or self.num_running < 0:
             raise ValueError("need 0 <= num_short <= num_candidates and num_running >= 0")
         if set(self.saturn_eval) & set(self.saturn_train):
