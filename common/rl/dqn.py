@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from common.models.mlp import MLP
 from common.rl.env import BranchMask, branch_argmax, effective_root, masked_argmax, sample_uniform
 
 
@@ -40,29 +41,15 @@ def dueling(value: jax.Array, advantage: jax.Array) -> jax.Array:
     return value + advantage - advantage.mean(-1, keepdims=True)
 
 
-class MLP(nnx.Module):
-    def __init__(self, sizes: Sequence[int], rngs: nnx.Rngs, activate_last: bool = True):
-        self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:], strict=True)])
-        self.activate_last = activate_last
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        n = len(self.layers)
-        for i, layer in enumerate(self.layers):
-            x = layer(x)
-            if i < n - 1 or self.activate_last:
-                x = jax.nn.relu(x)
-        return x
-
-
 class BranchingQNetwork(nnx.Module):
     """BDQ: shared torso -> value stream + one advantage stream per branch; returns a tuple of [..., A_d]."""
 
     def __init__(self, obs_dim: int, branch_sizes: Sequence[int], rngs: nnx.Rngs,
                  torso: Sequence[int] = (256, 256), head_hidden: int = 128, scale_torso_grad: bool = True):
         self.branch_sizes = tuple(int(n) for n in branch_sizes)
-        self.torso = MLP((obs_dim, *torso), rngs)
-        self.value = MLP((torso[-1], head_hidden, 1), rngs, activate_last=False)
-        self.branches = nnx.List([MLP((torso[-1], head_hidden, n), rngs, activate_last=False)
+        self.torso = MLP((obs_dim, *torso), rngs, activate_last=True)
+        self.value = MLP((torso[-1], head_hidden, 1), rngs)
+        self.branches = nnx.List([MLP((torso[-1], head_hidden, n), rngs)
                                   for n in self.branch_sizes])
         self.torso_scale = 1.0 / (len(self.branch_sizes) + 1) if scale_torso_grad else 1.0
 
@@ -77,9 +64,9 @@ class DuelingQNetwork(nnx.Module):
 
     def __init__(self, obs_dim: int, num_actions: int, rngs: nnx.Rngs, torso: Sequence[int] = (256, 256),
                  head_hidden: int = 128):
-        self.torso = MLP((obs_dim, *torso), rngs)
-        self.value = MLP((torso[-1], head_hidden, 1), rngs, activate_last=False)
-        self.advantage = MLP((torso[-1], head_hidden, num_actions), rngs, activate_last=False)
+        self.torso = MLP((obs_dim, *torso), rngs, activate_last=True)
+        self.value = MLP((torso[-1], head_hidden, 1), rngs)
+        self.advantage = MLP((torso[-1], head_hidden, num_actions), rngs)
 
     def __call__(self, obs: jax.Array) -> jax.Array:
         h = self.torso(obs)
@@ -160,7 +147,7 @@ def linear_schedule(start: float, end: float, steps: int):
 
 
 __all__ = [
-    "MLP", "BranchingQNetwork", "DuelingQNetwork", "branch_double_q_target", "branch_epsilon_greedy",
+    "BranchingQNetwork", "DuelingQNetwork", "branch_double_q_target", "branch_epsilon_greedy",
     "branch_td_loss", "double_q_target", "dueling", "epsilon_greedy", "linear_schedule", "sample_uniform",
     "scale_gradient", "td_loss",
 ]

@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx, struct
 
+from common.models.mlp import MLP
 from common.rl import ppo
-from common.rl.dqn import MLP
 from common.rl.env import BranchMask, Environment, branch_argmax, effective_root
 from papers.greenplace.schemas import PlacementPolicy
 
@@ -30,10 +30,10 @@ class FactorisedActorCritic(nnx.Module):
     """Actor torso -> one logits head per branch; a separate critic MLP -> V(s)."""
 
     def __init__(self, obs_dim: int, branch_sizes: Sequence[int], rngs: nnx.Rngs, torso: Sequence[int] = (256, 256)):
-        self.actor = MLP((obs_dim, *torso), rngs)
+        self.actor = MLP((obs_dim, *torso), rngs, activate_last=True)
         self.heads = nnx.List([nnx.Linear(torso[-1], int(n), rngs=rngs,
                                           kernel_init=nnx.initializers.orthogonal(0.01)) for n in branch_sizes])
-        self.critic = MLP((obs_dim, *torso, 1), rngs, activate_last=False)
+        self.critic = MLP((obs_dim, *torso, 1), rngs)
 
     def __call__(self, obs: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array]:
         h = self.actor(obs)

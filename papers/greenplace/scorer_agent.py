@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx, struct
 
+from common.models.mlp import MLP
 from common.rl import ppo
-from common.rl.dqn import MLP
 from common.rl.env import Environment, unflatten_action
 from papers.greenplace.env import symlog
 from papers.greenplace.features import OBJECTIVE, candidates, num_features
@@ -44,7 +44,7 @@ class ActionScorer(nnx.Module):
         self.feat_in = nnx.Linear(feat_dim, hidden, use_bias=False, rngs=rngs)
         self.mid = nnx.Linear(hidden, hidden, rngs=rngs)
         self.out = nnx.Linear(hidden, 1, rngs=rngs, kernel_init=nnx.initializers.orthogonal(0.01))
-        self.critic = MLP((obs_dim + 1, hidden, hidden, 1), rngs, activate_last=False)
+        self.critic = MLP((obs_dim + 1, hidden, hidden, 1), rngs)
 
     def __call__(self, obs: jax.Array, feats: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Array]:
         """obs [..., G], feats [..., K, F], valid [..., K] -> (logits [..., K], value [...])."""

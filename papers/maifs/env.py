@@ -72,16 +72,20 @@ RUNNING_FEATURE = 14  # index of the "this entry is a running job (release optio
 
 @dataclass(frozen=True)
 class EnvConfig:
-    num_agents: int = 4
-    num_candidates: int = 16
-    max_substeps: int = 16
-    round_s: float = 300.0
-    makespan_weight: float = 2.0
-    reward_scale: float = 100.0
-    max_rounds: int = 50_000
-    num_short: int = 0  # candidate entries chosen by shortest remaining work (the rest: oldest pending)
-    num_running: int = 0  # R running jobs per agent whose lease it may release (0 = non-preemptive agents)
-    conflict_blocks: bool = True  # a failed pick blocks the agent until the next round
+    """The environment's static settings, built from an experiment's params by
+    :func:`papers.maifs.pipeline.env_config`: the experiment knobs have no defaults here (their one set of defaults
+    is :class:`papers.maifs.schemas.MaifsParams`)."""
+
+    num_agents: int
+    num_candidates: int
+    max_substeps: int
+    round_s: float
+    makespan_weight: float
+    reward_scale: float
+    num_short: int  # candidate entries chosen by shortest remaining work (the rest: oldest pending)
+    num_running: int  # R running jobs per agent whose lease it may release (0 = non-preemptive agents)
+    conflict_blocks: bool  # a failed pick blocks the agent until the next round
+    max_rounds: int = 50_000  # safety cap on an episode's rounds (not an experiment knob)
 
     def __post_init__(self) -> None:
         if self.num_agents < 1 or self.num_candidates < 1 or self.max_substeps < 1:

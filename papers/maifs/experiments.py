@@ -14,6 +14,8 @@ its initial parameters, a baseline row that shows what the hand-designed structu
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from typing import Any
 
 import numpy as np
@@ -277,8 +279,10 @@ CURVE_METRICS = {"jct_h": ("curve_train_jct_h", "h"), "reward": ("curve_train_re
 
 def _curve_rows(tr: pipeline.Trained, names, p: MaifsParams) -> list[dict]:
     """Learning curves and training diagnostics of each learned policy, per seed: one row per metric and block of
-    ``updates_per_chunk`` updates (its mean; blocks without a finished training episode have no JCT row). ``step``
-    is the number of PPO updates done at the end of the block, ``env_steps`` the environment steps per seed."""
+    ``updates_per_chunk`` updates (its mean; blocks without a finished training episode have no JCT row), and
+    ``curve_check_jct_h``, the greedy JCT on the curve windows at the end of each block (what the ``converged``
+    gate reads). ``step`` is the number of PPO updates done at the end of the block, ``env_steps`` the environment
+    steps per seed."""
     out = []
     steps = p.num_envs * p.rollout_len
     per = p.updates_per_chunk
@@ -286,6 +290,9 @@ def _curve_rows(tr: pipeline.Trained, names, p: MaifsParams) -> list[dict]:
         v = tr.names.index(n)
         for i, s in enumerate(tr.seeds):
             k = v * len(tr.seeds) + i
+            for j, val in enumerate(np.asarray(tr.curves["check_jct_h"][k], float)):
+                out.append({"policy": n, "seed": int(s), "metric": "curve_check_jct_h", "value": float(val),
+                            "unit": "h", "step": (j + 1) * per, "env_steps": (j + 1) * per * steps})
             for key, (metric, unit) in CURVE_METRICS.items():
                 if key not in tr.curves:
                     continue
@@ -317,8 +324,8 @@ def _curve_figure(ctx: RunContext, curves: list[dict]) -> None:
         return
     fig, ax = figure(2, 2, w=5.5)
     cv = pd.DataFrame(curves)
-    for axi, (metric, label) in zip(ax.ravel(), (("curve_train_jct_h", "training-episode JCT (h)"),
-                                                  ("curve_train_reward", "mean reward per step"),
+    for axi, (metric, label) in zip(ax.ravel(), (("curve_check_jct_h", "greedy JCT, curve windows (h)"),
+                                                  ("curve_train_jct_h", "training-episode JCT (h)"),
                                                   ("curve_value_loss", "value loss (normalised)"),
                                                   ("curve_entropy", "policy entropy")), strict=True):
         lines_with_ci(axi, cv, metric, "step", xlabel="PPO updates", ylabel=label)
@@ -341,4 +348,93 @@ def ablation(ctx: RunContext) -> pd.DataFrame:
                       pd.DataFrame(_workload_rows(windows, spec, p.load))], ignore_index=True)
 
 
-__all__ = ["ablation", "best_baseline_rows", "boundary_rows", "headline_philly", "headline_saturn", "load_sweep"]
+def _fifth(curve: np.ndarray, last: bool) -> np.ndarray:
+    """Per-seed nan-mean of the first or last fifth of ``curve [seeds, updates]``."""
+    w = max(1, int(round(0.2 * curve.shape[1])))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN fifth (no finished episode) gives NaN
+        return np.nanmean(curve[:, -w:] if last else curve[:, :w], axis=1)
+
+
+def pick_grid_point(rows: pd.DataFrame, policy: str) -> tuple[float, float]:
+    """The tuning rule, fixed before any tuning result was read: the ``(lr, ent_coef)`` grid point of ``policy``
+    with the lowest seed-mean ``check_jct_h`` (greedy JCT of the trained network on the check windows, which are
+    training windows: never the evaluation windows); ties go to the first point in grid order (rows' order)."""
+    sel = rows[(rows["policy"] == policy) & (rows["metric"] == "check_jct_h")]
+    if sel.empty:
+        raise ValueError(f"no check_jct_h rows for policy {policy!r}")
+    means = sel.groupby(["lr", "ent_coef"], sort=False)["value"].mean()
+    lr, ent = means.index[int(np.argmin(means.to_numpy()))]
+    return float(lr), float(ent)
+
+
+def tuning(ctx: RunContext) -> pd.DataFrame:
+    """PPO hyper-parameters of every learned family (MAIFS and the DL2-style baseline), the same effort for both:
+    each trains at every ``(lr, ent_coef)`` of one shared grid, on Philly's training windows, with the reported
+    budget, on tuning seeds disjoint from the reported ones. Rows per grid point and seed: ``check_jct_h`` (greedy
+    JCT on the check windows, the selection score), its untrained reference, the gates, the last-fifth training
+    JCT, the mean approximate KL per update and the entropy change; per policy ``chosen_lr`` /
+    ``chosen_ent_coef`` (:func:`pick_grid_point`), which the policy configs must carry
+    (tests/papers/maifs/test_tuning_choices.py)."""
+    p: MaifsParams = ctx.params
+    _, cl, d = _setup(ctx)
+    seeds = ctx.seeds() + p.tuning_seed_offset
+    grid = [(float(lr), float(ent)) for lr in p.tune_lr for ent in p.tune_ent_coef]
+    if not grid:
+        raise ValueError("tuning needs params.tune_lr and params.tune_ent_coef")
+    rows: list[dict] = []
+    for name, pol in ctx.policies.items():
+        if not isinstance(pol, RLPolicy) or pol.untrained:
+            raise ValueError(f"tuning trains learned policies only; {name!r} is not one")
+        for lr, ent in grid:
+            cand = dataclasses.replace(pol, lr=lr, ent_coef=ent)
+            tr = pipeline.train_policies({name: cand}, d, p, cl, ctx.hardware.lease_s, seeds, ctx.cache,
+                                         ctx.progress, checkpoints=ctx.checkpointer, trace="philly")
+            g = pipeline.gates(tr, name, p)
+            jct, ent_c = np.asarray(tr.curves["jct_h"], float), np.asarray(tr.curves["entropy"], float)
+            kl = np.asarray(tr.curves["approx_kl"], float).mean(axis=1)
+            cond = {"lr": lr, "ent_coef": ent}
+            rows += metric_rows(name, {
+                "check_jct_h": (tr.check["trained"], "h"),
+                "check_jct_untrained_h": (tr.check["untrained"], "h"),
+                "converged": (g["converged"], "bool"),
+                "beats_untrained": (g["beats_untrained"], "bool"),
+            }, seeds=seeds, **cond)
+            diag = metric_rows(name, {  # training diagnostics: a seed whose curve has no finished episode has none
+                "train_jct_last_fifth_h": (_fifth(jct, last=True), "h"),
+                "mean_approx_kl": (kl, "nats"),
+                "entropy_change": (_fifth(ent_c, last=True) - _fifth(ent_c, last=False), "nats"),
+            }, seeds=seeds, **cond)
+            rows += [r for r in diag if np.isfinite(r["value"])]
+            rows += metric_rows(name, {"train_wall_s": (tr.seconds, "s")}, seeds=[int(seeds[0])], **cond)
+    df = pd.DataFrame(rows)
+    chosen = []
+    for name in ctx.policies:
+        lr, ent = pick_grid_point(df, name)
+        chosen += metric_rows(name, {"chosen_lr": (lr, "lr"), "chosen_ent_coef": (ent, "coef")},
+                              seeds=[int(seeds[0])])
+    _tuning_figure(ctx, df, p)
+    return pd.concat([df, pd.DataFrame(chosen)], ignore_index=True)
+
+
+def _tuning_figure(ctx: RunContext, df: pd.DataFrame, p: MaifsParams) -> None:
+    names = list(dict.fromkeys(df["policy"]))
+    fig, axes = figure(ncols=len(names), w=3.2, h=3.0)
+    for ax, name in zip(axes[0], names, strict=True):
+        sel = df[(df["policy"] == name) & (df["metric"] == "check_jct_h")]
+        for ent in p.tune_ent_coef:
+            m = sel[sel["ent_coef"] == ent].groupby("lr")["value"].mean()
+            ax.plot(m.index, m.to_numpy(), "o-", label=f"ent_coef {ent:g}")
+        un = df[(df["policy"] == name) & (df["metric"] == "check_jct_untrained_h")]["value"].mean()
+        ax.axhline(un, color="k", lw=0.8, ls=":", label="untrained network")
+        ax.set_xscale("log")
+        ax.set_xlabel("lr (log)")
+        ax.set_title(name, fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("greedy JCT on the check windows (h)")
+    axes[0][0].legend(fontsize=6)
+    ctx.save_figure(fig, "jct_by_hyperparameters")
+
+
+__all__ = ["ablation", "best_baseline_rows", "boundary_rows", "headline_philly", "headline_saturn", "load_sweep",
+           "pick_grid_point", "tuning"]

@@ -32,23 +32,15 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from common.models.mlp import MLP
 from common.rl import ppo
 
 RELEASE_PRIOR = -3.0  # initial logit offset of releasing a lease (an untrained policy rarely preempts)
 
 
-class MLP(nnx.Module):
-    def __init__(self, sizes: tuple[int, ...], rngs: nnx.Rngs, final_scale: float = 1.0):
-        self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:], strict=True)])
-        last = self.layers[-1]
-        last.kernel.set_value(last.kernel.get_value() * final_scale)
-
-    def __call__(self, x):
-        for i, layer in enumerate(self.layers):
-            x = layer(x)
-            if i < len(self.layers) - 1:
-                x = jax.nn.tanh(x)
-        return x
+def _dense(sizes: tuple[int, ...], rngs: nnx.Rngs, final_scale: float = 1.0) -> MLP:
+    """The network's dense blocks: tanh between layers, linear output."""
+    return MLP(sizes, rngs, activation=jax.nn.tanh, final_scale=final_scale)
 
 
 class Variant(NamedTuple):
@@ -95,22 +87,22 @@ class MaifsNet(nnx.Module):
                  rngs: nnx.Rngs):
         h = hidden
         self.hidden = hidden
-        self.agent_enc = MLP((self_dim + glob_dim, h, h), rngs)
-        self.job_enc = MLP((job_dim, h, h), rngs)
+        self.agent_enc = _dense((self_dim + glob_dim, h, h), rngs)
+        self.job_enc = _dense((job_dim, h, h), rngs)
         self.job_pool = nnx.Linear(h, h, rngs=rngs)
         self.q = nnx.Linear(h, h, rngs=rngs)
         self.k = nnx.Linear(h, h, rngs=rngs)
         self.v = nnx.Linear(h, h, rngs=rngs)
         self.pick_q = nnx.Linear(h, h, rngs=rngs)
         self.pick_u = nnx.Linear(h, 1, rngs=rngs)
-        self.noop = MLP((h, h, 1), rngs, final_scale=0.01)
+        self.noop = _dense((h, h, 1), rngs, final_scale=0.01)
         self.pick_q.kernel.set_value(self.pick_q.kernel.get_value() * 0.01)
         self.pick_u.kernel.set_value(self.pick_u.kernel.get_value() * 0.01)
-        self.msg = MLP((2 * h, h, h), rngs)
-        self.level = MLP((2 * h, h, levels), rngs, final_scale=0.01)
+        self.msg = _dense((2 * h, h, h), rngs)
+        self.level = _dense((2 * h, h, levels), rngs, final_scale=0.01)
         self.level_lin = level_prior(rngs)
         self.pick_lin = release_prior(job_dim, rngs)
-        self.critic = MLP((h + glob_dim, h, 1), rngs)
+        self.critic = _dense((h + glob_dim, h, 1), rngs)
 
     def _logits(self, hi, e):
         # bilinear agent-job score plus a per-job utility: cheap enough to evaluate for every (agent, job) pair
@@ -158,7 +150,7 @@ class FlatNet(nnx.Module):
                  *, rngs: nnx.Rngs):
         d = self_dim + glob_dim + num_jobs * job_dim
         self.num_jobs, self.levels = num_jobs, levels
-        self.trunk = MLP((d, hidden, hidden), rngs)
+        self.trunk = _dense((d, hidden, hidden), rngs)
         self.pi = nnx.Linear(hidden, num_jobs + 1, rngs=rngs)
         self.pick_lin = release_prior(job_dim, rngs)
         self.lv = nnx.Linear(hidden, num_jobs * levels, rngs=rngs)
@@ -245,4 +237,4 @@ def act(model, obs: dict, key: jax.Array | None, var: Variant, *, greedy: bool =
     return JointAction(picks.astype(jnp.int32), levels.astype(jnp.int32), masks, lp, ent, heads.value)
 
 
-__all__ = ["FlatNet", "Heads", "JointAction", "MLP", "MaifsNet", "Variant", "act", "variant"]
+__all__ = ["FlatNet", "Heads", "JointAction", "MaifsNet", "Variant", "act", "variant"]

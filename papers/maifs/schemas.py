@@ -167,8 +167,15 @@ class MaifsParams:
     lookahead: int = 24
     # validity gates of learned policies
     check_windows: int = 8  # training windows on which trained and untrained networks are compared
+    curve_windows: int = 4  # the first training windows on which the learning curve (greedy JCT) is evaluated
     converge_tol: float = 0.05  # converged: last-fifth improvement of training JCT over the previous fifth below
     beats_margin: float = 0.01  # beats_untrained: JCT at least this fraction below the untrained network's
+    # PPO tuning (experiment ``tuning``): every learned family trains at each (lr, ent_coef) of one shared grid on
+    # seeds ``seed + tuning_seed_offset ..``, disjoint from the reported seeds; the pick is the lowest greedy JCT
+    # on the check (training) windows
+    tune_lr: list[float] = field(default_factory=list)
+    tune_ent_coef: list[float] = field(default_factory=list)
+    tuning_seed_offset: int = 1000
 
     def __post_init__(self) -> None:
         positive = ("jobs_per_window", "train_windows", "num_updates",
@@ -184,14 +191,19 @@ class MaifsParams:
         if self.load <= 0 or any(x <= 0 for x in self.loads) or not self.train_loads or any(
                 x <= 0 for x in self.train_loads):
             raise ValueError("params.load, params.loads and params.train_loads must be positive")
-        if self.cap_duration_h <= 0 or self.eval_windows < 1 or self.saturn_parts < 1 or self.check_windows < 1:
-            raise ValueError("need cap_duration_h > 0, eval_windows, saturn_parts, check_windows >= 1")
+        if self.cap_duration_h <= 0 or self.eval_windows < 1 or self.saturn_parts < 1 or self.check_windows < 1 \
+                or self.curve_windows < 1:
+            raise ValueError("need cap_duration_h > 0, eval_windows, saturn_parts, check_windows, curve_windows >= 1")
         if not 0 <= self.num_short <= self.num_candidates or self.num_running < 0:
             raise ValueError("need 0 <= num_short <= num_candidates and num_running >= 0")
         if set(self.saturn_eval) & set(self.saturn_train):
             raise ValueError("params.saturn_eval and params.saturn_train must not overlap (held-out evaluation)")
         if self.makespan_weight < 0:
             raise ValueError("params.makespan_weight must be >= 0")
+        if any(x <= 0 for x in self.tune_lr) or any(x < 0 for x in self.tune_ent_coef):
+            raise ValueError("params.tune_lr must be positive and params.tune_ent_coef non-negative")
+        if self.tuning_seed_offset < 0:
+            raise ValueError("params.tuning_seed_offset must be >= 0")
 
 
 register_schema("hardware", "gpu_cluster", GpuClusterHardware)

@@ -37,21 +37,26 @@ from papers.maifs.model import FlatNet, MaifsNet, Variant, act
 
 @dataclass(frozen=True)
 class TrainConfig:
-    num_envs: int = 16
-    rollout_len: int = 64
-    num_updates: int = 60
-    updates_per_chunk: int = 10
-    epochs: int = 3
-    minibatches: int = 4
-    lr: float = 3e-4
-    gamma: float = 0.99  # per 300 s round
-    gae_lambda: float = 0.95
-    clip_eps: float = 0.2
-    ent_coef: float = 0.01
+    """MAPPO's static settings, built by :func:`papers.maifs.pipeline.train_config` from the experiment's budget
+    (:class:`papers.maifs.schemas.MaifsParams`) and the policy's hyper-parameters
+    (:class:`papers.maifs.schemas.RLPolicy`), which hold their one set of defaults; only the settings that no
+    config exposes have defaults here."""
+
+    num_envs: int
+    rollout_len: int
+    num_updates: int
+    updates_per_chunk: int
+    epochs: int
+    minibatches: int
+    lr: float
+    gamma: float  # per 300 s round
+    gae_lambda: float
+    clip_eps: float
+    ent_coef: float
+    hidden: int
+    network: str  # maifs | flat (single agent, DL2-style)
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
-    hidden: int = 32
-    network: str = "maifs"  # maifs | flat (single agent, DL2-style)
     value_norm_beta: float = 0.95  # EMA of the return statistics per update (MAPPO's ValueNorm, debiased)
 
     def __post_init__(self) -> None:

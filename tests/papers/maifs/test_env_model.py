@@ -4,6 +4,8 @@ log-probabilities match, and a tiny MAPPO training chunk runs with finite metric
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,7 +19,7 @@ from papers.maifs.model import MaifsNet, act, variant
 from papers.maifs.windows import Window, stack
 
 ECFG = EnvConfig(num_agents=2, num_candidates=4, max_substeps=4, round_s=100.0, makespan_weight=2.0,
-                 reward_scale=10.0)
+                 reward_scale=10.0, num_short=0, num_running=0, conflict_blocks=True)
 
 
 def windows(n=6, seed=0, burst=False):
@@ -112,7 +114,7 @@ def test_replayed_log_probs_match_and_fixed_allocation_is_fair_share(tiny):
 def test_env_rejects_unequal_agent_groups(tiny):
     _, cl, sm, md = tiny
     with pytest.raises(ValueError, match="equal agent groups"):
-        MaifsEnv(cl, sm, md, stack(windows()), EnvConfig(num_agents=3))
+        MaifsEnv(cl, sm, md, stack(windows()), dataclasses.replace(ECFG, num_agents=3))
 
 
 def test_training_resumes_bit_identically_after_a_kill(tiny, tmp_path):
@@ -122,7 +124,7 @@ def test_training_resumes_bit_identically_after_a_kill(tiny, tmp_path):
 
     spec, cl, sm, md = tiny
     cfg = TrainConfig(num_envs=2, rollout_len=8, num_updates=3, updates_per_chunk=1, epochs=1, minibatches=2,
-                      hidden=8)
+                      lr=3e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, hidden=8, network="maifs")
     init, chunk, _, _ = make_train(ECFG, cfg, spec.num_servers)
     prob = Problem(cl, sm, md, stack(windows() + windows(seed=1)))
     step = jax.jit(chunk)
@@ -140,3 +142,15 @@ def test_training_resumes_bit_identically_after_a_kill(tiny, tmp_path):
     assert int(resumed.update) == 3
     for a, b in zip(jax.tree.leaves((whole.params, hist)), jax.tree.leaves((resumed.params, hist2)), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_env_and_train_configs_keep_no_second_defaults():
+    """The experiment knobs have one set of defaults (the schemas); EnvConfig / TrainConfig require them."""
+    from papers.maifs.schemas import MaifsParams, RLPolicy
+    from papers.maifs.train import TrainConfig
+
+    for cls, sources in ((EnvConfig, (MaifsParams,)), (TrainConfig, (MaifsParams, RLPolicy))):
+        knobs = {f.name for s in sources for f in dataclasses.fields(s)}
+        defaulted = [f.name for f in dataclasses.fields(cls) if f.name in knobs and (
+            f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)]
+        assert not defaulted, f"{cls.__name__} repeats the schema defaults of {defaulted}"

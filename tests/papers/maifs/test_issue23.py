@@ -136,7 +136,9 @@ def test_philly_windows_are_at_load_capped_and_training_is_disjoint_from_evaluat
 
 def _env(tiny, wins, **kw):
     _, cl, sm, md = tiny
-    cfg = EnvConfig(num_agents=2, num_candidates=4, max_substeps=4, round_s=100.0, **kw)
+    base = dict(num_agents=2, num_candidates=4, max_substeps=4, round_s=100.0, makespan_weight=2.0, reward_scale=100.0,
+                num_short=0, num_running=0, conflict_blocks=True)
+    cfg = EnvConfig(**{**base, **kw})
     return MaifsEnv(cl, sm, md, stack(wins), cfg)
 
 
@@ -234,8 +236,11 @@ def test_converged_on_hand_made_curves():
 def test_gates_per_seed_from_curves_and_the_untrained_check():
     u = np.arange(50, dtype=float)
     flat, falling = 4.0 + np.exp(-u), 10.0 - 0.1 * u
+    # converged reads the monitored greedy curve (check_jct_h), not the noisy training-episode JCT (jct_h)
     tr = pipeline.Trained(names=["maifs", "dl2"], seeds=np.array([0, 1]), params=None, var=None,
-                        curves={"jct_h": np.stack([flat, falling, flat, flat])}, env_cfg=None, cfg=None, seconds=0,
+                        curves={"check_jct_h": np.stack([flat, falling, flat, flat]),
+                                "jct_h": np.stack([falling, flat, falling, falling])},
+                        env_cfg=None, cfg=None, seconds=0,
                         check={"trained": np.array([3.0, 3.0, 4.0, 3.99]),
                                "untrained": np.array([4.0, 2.9, 4.0, 4.0])})
     p = MaifsParams(converge_tol=0.05, beats_margin=0.01)
@@ -245,6 +250,37 @@ def test_gates_per_seed_from_curves_and_the_untrained_check():
     g = pipeline.gates(tr, "dl2", p)
     assert g["converged"].tolist() == [1.0, 1.0]
     assert g["beats_untrained"].tolist() == [0.0, 0.0]  # equal, or less than 1 % better: not a training gain
+
+
+def test_learning_curve_monitor_is_each_runs_greedy_mean_jct(tiny):
+    """The monitor behind ``curve_check_jct_h`` and ``converged``: per run, the greedy episode's mean JCT (h) over
+    the first ``n`` windows, computed by hand here from :func:`papers.maifs.train.evaluate`."""
+    import jax
+
+    from common.repro.cache import RunCache
+    from papers.maifs.model import variant
+    from papers.maifs.train import Problem, TrainConfig, evaluate, make_train
+    from tests.papers.maifs.test_env_model import ECFG, windows
+
+    spec, cl, sm, md = tiny
+    cfg = TrainConfig(num_envs=2, rollout_len=8, num_updates=2, updates_per_chunk=1, epochs=1, minibatches=2,
+                      lr=3e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, hidden=8, network="maifs")
+    _, _, curve_v = pipeline._compiled(ECFG, cfg, spec.num_servers, RunCache())
+    init, _, _, graphdef = make_train(ECFG, cfg, spec.num_servers)
+    jobs = stack(windows(seed=0) + windows(seed=1, burst=True) + windows(seed=2))
+    prob = Problem(cl, sm, md, jobs)
+    var = jax.tree.map(lambda *x: jnp.stack(x), variant(), variant(coordination=False))
+    rs = jax.vmap(init, in_axes=(0, 0, None))(jnp.stack([jax.random.key(0), jax.random.key(1)]), var, prob)
+    got = np.asarray(curve_v(rs.params, var, prob, 2))
+    want = np.zeros(2)
+    for r in range(2):
+        prm, v = jax.tree.map(lambda x, r=r: x[r], rs.params), jax.tree.map(lambda x, r=r: x[r], var)
+        for w in range(2):
+            st = evaluate(ECFG, graphdef, prm, v, prob, w)
+            n = int(jobs.num_jobs[w])
+            want[r] += float(np.mean(np.asarray(st.sim.finish)[:n] - np.asarray(jobs.arrival[w])[:n])) / 3600.0 / 2
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert got.shape == (2,) and np.all(got > 0)
 
 
 # ---------------------------------------------------------------------------------------------- claim boundary
