@@ -314,32 +314,23 @@ def resolve_ref(ref: str, what: str) -> Any:
 
 
 def _experiment_function(cfg: DictConfig, exp: DictConfig) -> tuple[Callable[..., Any], type | None]:
-    """The experiment's function and params dataclass: from its YAML (``fn``, ``params_class``) or, for papers not
-    yet moved to that, from the :func:`common.repro.registry.experiment` decorator of ``<module>.experiments``."""
+    """The experiment's function and params dataclass, as its YAML names them (``fn``, ``params_class``)."""
     module = str(cfg.paper.module)
     where = f"experiment {exp.paper}/{exp.name}"
-    if exp.get("fn"):
-        if not str(exp.fn).startswith(module + ".") and not str(exp.fn).startswith(module + ":"):
-            raise ConfigError(f"{where}: fn {exp.fn!r} is outside the paper's package {module} (the freshness "
-                              "fingerprint covers only that package)")
-        fn = resolve_ref(exp.fn, f"{where}: fn")
-        if not callable(fn):
-            raise ConfigError(f"{where}: fn {exp.fn!r} is not callable")
-        params_class = resolve_ref(exp.params_class, f"{where}: params_class") if exp.get("params_class") else None
-        if params_class is not None and not dataclasses.is_dataclass(params_class):
-            raise ConfigError(f"{where}: params_class {exp.params_class!r} is not a dataclass")
-        return fn, params_class
-    if exp.get("params_class"):
-        raise ConfigError(f"{where}: params_class is set but fn is not")
-    try:
-        importlib.import_module(f"{module}.experiments")
-    except ModuleNotFoundError as e:
-        raise ConfigError(f"paper {cfg.paper.key}: cannot import {module}.experiments ({e})") from e
-    try:
-        spec = registry.lookup(exp.paper, exp.name)
-    except KeyError as e:
-        raise ConfigError(str(e.args[0])) from None
-    return spec.fn, spec.params
+    if not exp.get("fn"):
+        if exp.get("params_class"):
+            raise ConfigError(f"{where}: params_class is set but fn is not")
+        raise ConfigError(f"{where}: its YAML must name its function, fn: {module}.experiments:<function>")
+    if not str(exp.fn).startswith(module + ".") and not str(exp.fn).startswith(module + ":"):
+        raise ConfigError(f"{where}: fn {exp.fn!r} is outside the paper's package {module} (the freshness "
+                          "fingerprint covers only that package)")
+    fn = resolve_ref(exp.fn, f"{where}: fn")
+    if not callable(fn):
+        raise ConfigError(f"{where}: fn {exp.fn!r} is not callable")
+    params_class = resolve_ref(exp.params_class, f"{where}: params_class") if exp.get("params_class") else None
+    if params_class is not None and not dataclasses.is_dataclass(params_class):
+        raise ConfigError(f"{where}: params_class {exp.params_class!r} is not a dataclass")
+    return fn, params_class
 
 
 def _params(exp: DictConfig, params_class: type | None) -> Any:

@@ -1,22 +1,13 @@
-"""The context an experiment function receives, and the legacy decorator registry.
+"""The context an experiment function receives.
 
 An experiment is registered in its YAML (``fn:`` and ``params_class:``, see :mod:`common.repro.config`); its
 function takes a :class:`RunContext`, returns rows in the long format of :mod:`common.repro.results` (the runner
 adds paper, experiment and provenance columns) and may save figures with :meth:`RunContext.save_figure`.
-
-Papers not yet moved to ``fn:`` still register with the decorator below (looked up by ``(paper, name)``, the name
-matching ``conf/experiment/<paper>/<name>.yaml``); it is used only when the YAML names no ``fn``, and goes once
-every paper names its functions in YAML::
-
-    @experiment("swallow", "headline", params=HeadlineParams)
-    def headline(ctx: RunContext) -> pd.DataFrame:
-        ...
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,47 +17,6 @@ from omegaconf import DictConfig
 
 from common.repro.cache import RunCache
 from common.repro.progress import Progress
-
-
-@dataclass(frozen=True)
-class ExperimentSpec:
-    paper: str
-    name: str
-    fn: Callable[[RunContext], Any]
-    params: type | None
-    doc: str
-
-
-_REGISTRY: dict[tuple[str, str], ExperimentSpec] = {}
-
-
-def experiment(paper: str, name: str, params: type | None = None):
-    """Register ``fn`` as experiment ``paper/name``; ``params`` is the dataclass its ``params:`` node must fit."""
-    if params is not None and not dataclasses.is_dataclass(params):
-        raise TypeError(f"params for {paper}/{name} must be a dataclass, got {params!r}")
-
-    def wrap(fn: Callable[[RunContext], Any]) -> Callable[[RunContext], Any]:
-        key = (paper, name)
-        if key in _REGISTRY and _REGISTRY[key].fn.__qualname__ != fn.__qualname__:
-            raise ValueError(f"experiment {paper}/{name} registered twice")
-        _REGISTRY[key] = ExperimentSpec(paper, name, fn, params, (fn.__doc__ or "").strip())
-        return fn
-
-    return wrap
-
-
-def lookup(paper: str, name: str) -> ExperimentSpec:
-    try:
-        return _REGISTRY[(paper, name)]
-    except KeyError:
-        known = sorted(n for p, n in _REGISTRY if p == paper)
-        raise KeyError(
-            f"no experiment function registered for {paper}/{name}; registered for {paper}: {known}"
-        ) from None
-
-
-def registered(paper: str | None = None) -> list[ExperimentSpec]:
-    return [s for (p, _), s in sorted(_REGISTRY.items()) if paper is None or p == paper]
 
 
 @dataclass

@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from common.repro.checkpoint import run_chunked
+from common.repro.cache import RunCache
+from common.repro.trainer import ChunkedTrainer, num_chunks
 from common.traces._io import resolve
 from common.traces.workload import load_workload_matrix
 from papers.evogwp import baselines, checkpoint
@@ -40,7 +41,7 @@ from papers.evogwp.forecasters import (
 )
 from papers.evogwp.metrics import METRICS, UNITS, forecast_metrics, scored_cells
 from papers.evogwp.schemas import NEURAL, ForecastParams, TrainParams
-from papers.evogwp.train import make_predict, make_train, num_chunks, plateaued
+from papers.evogwp.train import make_predict, make_train, plateaued
 
 DETERMINISTIC = ("last_value", "seasonal_naive", "arima", "ets")
 
@@ -177,48 +178,46 @@ def graph_arrays(kind: str, hp, ds: Prepared) -> tuple[dict[str, np.ndarray], Ev
     return extra, evo
 
 
-_JIT: dict[tuple, tuple[Any, Any]] = {}
+def _compiled(kind: str, hp, n: int, pl: int, q: int, tcfg: TrainParams, ctx: Context | None, k: int,
+              cache: RunCache | None):
+    """``(build, trainer, predict)``: the model builder, its training through the shared driver (start vmapped over
+    seeds, the seed-batched ``advance_seeds`` that skips rounds once every seed has stopped early, equal jitted
+    chunks of evaluation rounds) and the vmapped predict function; built once per shape and run when ``cache``
+    is given, so every dataset of equal shapes shares them."""
 
-
-def _compiled(kind: str, hp, n: int, pl: int, q: int, tcfg: TrainParams, ctx: Context | None, k: int):
-    """Jitted (vmapped-over-seeds) training pieces and predict function, shared by every dataset of equal shapes."""
-    key = (
-        kind,
-        hp,
-        n,
-        pl,
-        q,
-        tuple(sorted(dataclasses.asdict(tcfg).items(), key=lambda x: x[0]).__repr__()),
-        ctx,
-        k,
-    )
-    if key not in _JIT:
+    def build_all():
         build = builder(kind, hp, num_nodes=n, input_len=pl, horizon=q, num_shapelets=k)
         train = make_train(build, pl, q, tcfg, ctx)
-        n = num_chunks(train.rounds)
-        start = jax.jit(jax.vmap(train.start, in_axes=(0, None, None, None, None)))
-        advance = jax.jit(functools.partial(train.advance_seeds, rounds=train.rounds // n))
+        # ``advance_seeds`` is already seed-batched (a vmap could not skip the rounds after every seed has stopped
+        # early), so it is only jitted; the chunking is the shared driver's.
+        chunks = num_chunks(train.rounds)
+        per = train.rounds // chunks
+        trainer = ChunkedTrainer(
+            start=jax.jit(jax.vmap(train.start, in_axes=(0, None, None, None, None))),
+            advance=jax.jit(functools.partial(train.advance_seeds, rounds=per)),
+            chunks=chunks,
+            chunk_steps=per,
+        )
         pred = jax.jit(jax.vmap(make_predict(build, pl, q, ctx), in_axes=(0, None, None)))
-        _JIT[key] = (build, Trainer(start, advance, train.finish, n), pred)
-    return _JIT[key]
+        return build, Trainer(trainer, train.finish), pred
+
+    if cache is None:
+        return build_all()
+    return cache.get("evogwp.compiled", (kind, hp, n, pl, q, tcfg, ctx, k), build_all)
 
 
 @dataclass(frozen=True)
 class Trainer:
-    """A training cut into ``chunks`` equal jitted pieces (vmapped over seeds): the checkpoint granularity."""
+    """A neural forecaster's training: the chunked, seed-batched trainer and the function that turns its final
+    state and curves into (best parameters, curves)."""
 
-    start: Any
-    advance: Any
+    chunked: ChunkedTrainer
     finish: Any
-    chunks: int
 
     def __call__(self, keys, aj, tr, n_train, val_o, checkpointer=None):
         args = (aj, tr, n_train, val_o)
-        state, history = run_chunked(
-            lambda st: self.advance(st, *args), self.start(keys, *args), self.chunks, checkpointer
-        )
-        curves = jax.tree.map(lambda *h: jnp.concatenate(h, axis=1), *history)
-        return self.finish(state, curves)
+        done = self.chunked.run((keys, *args), args, checkpointer=checkpointer)
+        return self.finish(done.state, done.steps)
 
 
 @dataclass
@@ -235,10 +234,12 @@ class PolicyResult:
 
 
 def run_policy(
-    pol, ds: Prepared, p: ForecastParams, seeds: np.ndarray, pads: dict[str, int], checkpointer=None
+    pol, ds: Prepared, p: ForecastParams, seeds: np.ndarray, pads: dict[str, int], checkpointer=None,
+    cache: RunCache | None = None,
 ) -> PolicyResult:
     """Forecasts of ``pol`` on the test windows of ``ds``; a neural policy is trained first (seeds vmapped),
-    checkpointed through ``checkpointer`` (an orbax :class:`common.repro.checkpoint.Checkpointer` or None)."""
+    checkpointed through ``checkpointer`` (an orbax :class:`common.repro.checkpoint.Checkpointer` or None), with
+    its compiled functions shared through ``cache`` (the run cache)."""
     kind, hp = pol.kind, pol.hp
     s, q, pl = ds.series, p.horizon, p.input_len
     t0 = time.monotonic()
@@ -263,7 +264,7 @@ def run_policy(
         arrays["sdist"], arrays["adj"] = _pad_rows(arrays["sdist"], g_pad), _pad_rows(arrays["adj"], g_pad)
     ctx = evo.context if evo is not None else None
     k = int(evo.shapelets.v.shape[0]) if evo is not None else 0
-    build, train, pred = _compiled(kind, hp, s.num_entities, pl, q, p.train, ctx, k)
+    build, train, pred = _compiled(kind, hp, s.num_entities, pl, q, p.train, ctx, k, cache)
     aj = {a: jnp.asarray(v) for a, v in arrays.items()}
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds))
     tr = jnp.asarray(_pad_idx(ds.train_o, pads["train"]))
@@ -482,7 +483,7 @@ def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     for name, pol in policies.items():
         for ds in prepared:
             setting = setting_name(ds.series.name, p)
-            res = run_policy(pol, ds, p, seeds, pads, ctx.checkpointer(f"{name}-{ds.series.name}"))
+            res = run_policy(pol, ds, p, seeds, pads, ctx.checkpointer(f"{name}-{ds.series.name}"), ctx.cache)
             rows += metric_rows_for(name, res, ds, setting)
             rows += group_rows_for(name, res, ds, setting)
             rows += training_rows(name, res, ds, setting, p.train)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from common.repro.plots import figure, lines_with_ci
-from common.repro.registry import RunContext, experiment
+from common.repro.registry import RunContext
 from papers.evogwp.evaluate import run_table
 from papers.evogwp.schemas import ForecastParams
 
@@ -117,25 +117,21 @@ def _prediction_figure(ctx: RunContext, extra: dict[str, Any]) -> None:
     ctx.save_figure(fig, "predictions")
 
 
-@experiment("evogwp", "table_short", params=ForecastParams)
 def table_short(ctx: RunContext) -> pd.DataFrame:
     """12 -> 12 on Bitbrains / Azure / Google: EvoGWP vs every baseline."""
     return _table(ctx)
 
 
-@experiment("evogwp", "long_term", params=ForecastParams)
 def long_term(ctx: RunContext) -> pd.DataFrame:
     """288 -> 72 five-minute steps on Bitbrains, July -> late August."""
     return _table(ctx)
 
 
-@experiment("evogwp", "ablation", params=ForecastParams)
 def ablation(ctx: RunContext) -> pd.DataFrame:
     """EvoGWP without each of its components."""
     return _table(ctx)
 
 
-@experiment("evogwp", "alibaba_univariate", params=ForecastParams)
 def alibaba_univariate(ctx: RunContext) -> pd.DataFrame:
     """Univariate sanity set: Alibaba 2018 cluster CPU."""
     return _table(ctx)

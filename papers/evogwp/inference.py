@@ -17,7 +17,7 @@ are dropped (``Forecaster.trim``).
 
 from __future__ import annotations
 
-import json
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,11 @@ class Forecaster:
     build: Any
     static_adj: np.ndarray | None
     evo: EvoInputs | None
+
+    @functools.cached_property
+    def predict_fn(self):
+        """The jitted predict function of this model's architecture (compiled on first use, kept with the model)."""
+        return jax.jit(make_predict(self.build, self.input_len, self.horizon, self.context))
 
     @property
     def name(self) -> str:
@@ -127,29 +132,9 @@ class Forecaster:
         if self.evo is not None:
             extra.update(self.evo.arrays(scaler.transform(series.filled), series.phase0))
         arrays = build_arrays(series, scaler, pad=self.horizon, **extra)
-        fn = _predict_fn(self)
+        fn = self.predict_fn
         out = fn(self.params, {k: jnp.asarray(v) for k, v in arrays.items()}, jnp.asarray(o))
         return np.asarray(out)
-
-
-_CACHE: dict[tuple, Any] = {}
-
-
-def _predict_fn(f: Forecaster):
-    """One jitted predict function per architecture, shared by every checkpoint of it."""
-    k = int(f.evo.shapelets.v.shape[0]) if f.evo else 0
-    key = (
-        f.kind,
-        json.dumps(f.meta["hparams"], sort_keys=True),
-        f.input_len,
-        f.horizon,
-        len(f.entities),
-        f.context,
-        k,
-    )
-    if key not in _CACHE:
-        _CACHE[key] = jax.jit(make_predict(f.build, f.input_len, f.horizon, f.context))
-    return _CACHE[key]
 
 
 def from_parts(meta: dict[str, Any], arrays: dict[str, np.ndarray], where: str = "checkpoint") -> Forecaster:

@@ -82,11 +82,6 @@ def make_step(build: Build, input_len: int, horizon: int, cfg: TrainParams, cont
     return tx, loss_fn, step
 
 
-def num_chunks(total: int, most: int = 10) -> int:
-    """The most equal chunks (<= ``most``) that ``total`` evaluation rounds split into: the checkpoint granularity."""
-    return max(c for c in range(1, min(most, max(total, 1)) + 1) if total % c == 0)
-
-
 def improved(val: jax.Array, best_val: jax.Array, min_delta: float) -> jax.Array:
     """Whether ``val`` improves on ``best_val`` by more than the relative ``min_delta`` (the patience rule)."""
     return val < best_val * (1.0 - min_delta)
@@ -119,7 +114,7 @@ def make_train(build: Build, input_len: int, horizon: int, cfg: TrainParams, con
     loss, the validation masked MAE and whether the run was still training, plus ``best_val``, ``stopped`` and
     ``rounds_run``.
 
-    The same loop is exposed in resumable pieces, for :func:`common.repro.checkpoint.run_chunked`:
+    The same loop is exposed in resumable pieces, for the shared driver (:mod:`common.repro.trainer`):
     ``train.start(key, ...) -> state``, ``train.advance(state, ..., rounds) -> (state, (train_loss, val_mae,
     active))`` (``rounds`` evaluation rounds of ``eval_every`` steps each) and ``train.finish(state, curves) ->
     (best, curves)``; ``train.rounds`` is the total number of evaluation rounds. Advancing ``rounds`` in any

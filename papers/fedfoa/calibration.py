@@ -32,8 +32,7 @@ from common.repro.plots import figure
 from common.repro.results import metric_rows
 from papers.fedfoa.data import available, load_ssl_data
 from papers.fedfoa.federation import FedShape, run_train
-from papers.fedfoa.models import NetSpec
-from papers.fedfoa.runner import (
+from papers.fedfoa.fedssl_runs import (
     DatasetUnavailable,
     make_monitor,
     partitions,
@@ -41,6 +40,7 @@ from papers.fedfoa.runner import (
     policy_rows,
     random_init_rows,
 )
+from papers.fedfoa.models import NetSpec
 from papers.fedfoa.schemas import CalibPoint, CalibrationParams
 
 
@@ -67,16 +67,16 @@ def run_calibration(ctx) -> list[dict]:
     ((name, pol),) = ctx.policies.items()
     if pol.method != "local" or pol.foa:
         raise ValueError("calibration runs exactly one policy, local-only SSL (policy=fedfoa/local)")
-    cache: dict[str, object] = {}
+    datasets: dict[str, object] = {}
     rows: list[dict] = []
     ctx.progress.start(len(p.grid), "grid points")
     for pt in p.grid:
         if not available(pt.dataset, ctx.data_dir):
             raise DatasetUnavailable(f"calibration point {point_label(pt)}: dataset {pt.dataset} is not installed")
-        if pt.dataset not in cache:
-            cache[pt.dataset] = load_ssl_data(pt.dataset, ctx.data_dir, n_pool=p.n_pool, n_public=0, n_val=p.n_val,
+        if pt.dataset not in datasets:
+            datasets[pt.dataset] = load_ssl_data(pt.dataset, ctx.data_dir, n_pool=p.n_pool, n_public=0, n_val=p.n_val,
                                               n_test=p.n_test)
-        data = cache[pt.dataset]
+        data = datasets[pt.dataset]
         q = dataclasses.replace(p, image_size=pt.image_size, local_steps=pt.local_steps, grid=[pt])
         spec = NetSpec(pt.arch, data.pool_x.shape[-1], proj_dim, hidden)
         shape = FedShape(groups=((spec, pt.clients),), rounds=q.rounds, local_steps=q.local_steps,
@@ -87,16 +87,16 @@ def run_calibration(ctx) -> list[dict]:
         cond = {"split": q.split_name, "backbone": q.backbone, "point": point_label(pt), "dataset": pt.dataset,
                 "image_size": pt.image_size, "arch": pt.arch, "clients": pt.clients,
                 "local_steps": pt.local_steps}
-        rand_rows, rand_acc = random_init_rows(shape, q, data, seeds, cond)
+        rand_rows, rand_acc = random_init_rows(shape, q, data, seeds, cond, ctx.cache)
         rows += rand_rows
         args = (jax.vmap(jax.random.key)(jnp.asarray(seeds)), jnp.asarray(idx), jnp.asarray(counts),
                 jnp.asarray(data.pool_x), jnp.asarray(data.public_x[:1]), jnp.asarray(data.mean),
                 jnp.asarray(data.std))
-        mon = make_monitor(shape, q, data, len(seeds))
+        mon = make_monitor(shape, q, data, len(seeds), ctx.cache)
         t0 = time.monotonic()
-        out = jax.block_until_ready(run_train(shape, kn, *args, monitor=mon))
+        out = jax.block_until_ready(run_train(shape, kn, *args, monitor=mon, cache=ctx.cache))
         t_train = time.monotonic() - t0
-        rows += policy_rows(name, pol, shape, q, data, out, seeds, rand_acc, t_train, cond, ctx.progress)
+        rows += policy_rows(name, pol, shape, q, data, out, seeds, rand_acc, t_train, cond, ctx.progress, ctx.cache)
         gaps = np.asarray(out.monitor["probe_acc"]).mean(-1) - rand_acc[:, None]  # [S, C]
         per = shape.rounds // gaps.shape[1]
         steps = (np.arange(1, gaps.shape[1] + 1) * per) * shape.local_steps

@@ -10,19 +10,19 @@
   between clients' representations of the same images: basis-invariant, so it compares clients whose features
   live in unrelated bases or have different widths.
 
-All are pure and ``vmap``-able over clients and seeds; :func:`compiled_eval` and :func:`compiled_monitor` cache the
-jitted forms per architecture and sizes.
+All are pure and ``vmap``-able over clients and seeds; :func:`compiled_eval` and :func:`compiled_monitor` share the
+jitted forms per architecture and sizes through the run cache.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import optax
 
+from common.repro.cache import RunCache
 from papers.fedfoa.augment import eval_view
 from papers.fedfoa.federation import COMPILER_OPTIONS
 from papers.fedfoa.models import Net, NetSpec, Params, make_net
@@ -133,45 +133,57 @@ def mean_pairwise_cka(grams: jax.Array) -> jax.Array:
     return m[..., iu[0], iu[1]].mean(-1)
 
 
-@functools.cache
-def compiled_monitor(spec: NetSpec, image_size: int, num_classes: int, probe_steps: int, cka_samples: int
-                     ) -> Callable:
+def compiled_monitor(spec: NetSpec, image_size: int, num_classes: int, probe_steps: int, cka_samples: int,
+                     cache: RunCache | None = None) -> Callable:
     """Jitted ``monitor(params [k], x_tr, y_tr, x_te, y_te, mean, std) -> (probe acc [k], gram [k, n, n])``: the
     linear probe of :func:`compiled_eval` and the normalised centred Gram of the first ``n = min(cka_samples,
-    len(x_te))`` evaluation images' representations (for cross-client CKA)."""
-    net = make_net(spec)
+    len(x_te))`` evaluation images' representations (for cross-client CKA). Built once per setting and run when
+    ``cache`` (the run cache) is given."""
 
-    def one(p, x_tr, y_tr, x_te, y_te, mean, std):
-        ftr = features(net, p, x_tr, image_size, mean, std)
-        fte = features(net, p, x_te, image_size, mean, std)
-        acc = linear_probe(ftr, y_tr, fte, y_te, num_classes, steps=probe_steps)
-        return acc, centered_gram(fte[:cka_samples])
+    def build() -> Callable:
+        net = make_net(spec)
 
-    return jax.jit(jax.vmap(one, in_axes=(0, None, None, None, None, None, None)),
-                   compiler_options=COMPILER_OPTIONS)
+        def one(p, x_tr, y_tr, x_te, y_te, mean, std):
+            ftr = features(net, p, x_tr, image_size, mean, std)
+            fte = features(net, p, x_te, image_size, mean, std)
+            acc = linear_probe(ftr, y_tr, fte, y_te, num_classes, steps=probe_steps)
+            return acc, centered_gram(fte[:cka_samples])
+
+        return jax.jit(jax.vmap(one, in_axes=(0, None, None, None, None, None, None)),
+                       compiler_options=COMPILER_OPTIONS)
+
+    if cache is None:
+        return build()
+    return cache.get("fedfoa.monitor", (spec, image_size, num_classes, probe_steps, cka_samples), build)
 
 
-@functools.cache
 def compiled_eval(spec: NetSpec, image_size: int, num_classes: int, probe_steps: int, ft_steps: int,
-                  ft_batch: int) -> tuple[Callable, Callable]:
-    """Jitted ``(probe, finetune)`` for one architecture, each ``vmap``ped over a leading client axis.
+                  ft_batch: int, cache: RunCache | None = None) -> tuple[Callable, Callable]:
+    """Jitted ``(probe, finetune)`` for one architecture, each ``vmap``ped over a leading client axis; built once
+    per setting and run when ``cache`` (the run cache) is given.
 
     ``probe(params [k], x_tr, y_tr, x_te, y_te, mean, std) -> acc [k]``;
     ``finetune(params [k], keys [k], x_lab, y_lab, x_te, y_te, mean, std) -> acc [k]``.
     """
-    net = make_net(spec)
 
-    def probe_one(p, x_tr, y_tr, x_te, y_te, mean, std):
-        ftr = features(net, p, x_tr, image_size, mean, std)
-        fte = features(net, p, x_te, image_size, mean, std)
-        return linear_probe(ftr, y_tr, fte, y_te, num_classes, steps=probe_steps)
+    def build() -> tuple[Callable, Callable]:
+        net = make_net(spec)
 
-    def ft_one(p, k, x_lab, y_lab, x_te, y_te, mean, std):
-        return fine_tune(net, p, k, x_lab, y_lab, x_te, y_te, num_classes=num_classes, image_size=image_size,
-                         mean=mean, std=std, steps=ft_steps, batch_size=ft_batch)
+        def probe_one(p, x_tr, y_tr, x_te, y_te, mean, std):
+            ftr = features(net, p, x_tr, image_size, mean, std)
+            fte = features(net, p, x_te, image_size, mean, std)
+            return linear_probe(ftr, y_tr, fte, y_te, num_classes, steps=probe_steps)
 
-    probe = jax.jit(jax.vmap(probe_one, in_axes=(0, None, None, None, None, None, None)),
-                    compiler_options=COMPILER_OPTIONS)
-    ft = jax.jit(jax.vmap(ft_one, in_axes=(0, 0, None, None, None, None, None, None)),
-                 compiler_options=COMPILER_OPTIONS)
-    return probe, ft
+        def ft_one(p, k, x_lab, y_lab, x_te, y_te, mean, std):
+            return fine_tune(net, p, k, x_lab, y_lab, x_te, y_te, num_classes=num_classes, image_size=image_size,
+                             mean=mean, std=std, steps=ft_steps, batch_size=ft_batch)
+
+        probe = jax.jit(jax.vmap(probe_one, in_axes=(0, None, None, None, None, None, None)),
+                        compiler_options=COMPILER_OPTIONS)
+        ft = jax.jit(jax.vmap(ft_one, in_axes=(0, 0, None, None, None, None, None, None)),
+                     compiler_options=COMPILER_OPTIONS)
+        return probe, ft
+
+    if cache is None:
+        return build()
+    return cache.get("fedfoa.eval", (spec, image_size, num_classes, probe_steps, ft_steps, ft_batch), build)

@@ -17,13 +17,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from common.repro import RunContext, experiment, metric_rows
+from common.repro import RunContext, metric_rows
 from common.repro.plots import bars_with_ci, figure, lines_with_ci
 from papers.fedfoa.calibration import run_calibration
 from papers.fedfoa.federation import SHARE_CODE, FedShape, bytes_per_round
+from papers.fedfoa.fedssl_runs import run_fedssl
 from papers.fedfoa.models import NetSpec
-from papers.fedfoa.runner import run_fedssl
-from papers.fedfoa.schemas import CalibrationParams, CommParams, FedSSLParams
+from papers.fedfoa.schemas import CommParams
 
 DATA_NOTE = "CIFAR-10 = vendored JPEG q75 copy"
 
@@ -63,19 +63,16 @@ def _figures(ctx: RunContext, rows: list[dict]) -> None:
         ctx.save_figure(fig, "monitor")
 
 
-def _fedssl(ctx: RunContext) -> list[dict]:
+def fedssl(ctx: RunContext) -> list[dict]:
+    """The FedSSL comparison; conf/experiment/fedfoa/{headline,iid,hetero,simsiam,ablation}.yaml name it."""
     rows = run_fedssl(ctx)
     _figures(ctx, rows)
     return rows
 
 
-_fedssl.extra_policies_ok = True  # the random_init reference rows
-
-for _name in ("headline", "iid", "hetero", "simsiam", "ablation"):
-    experiment("fedfoa", _name, params=FedSSLParams)(_fedssl)
+fedssl.extra_policies_ok = True  # the random_init reference rows
 
 
-@experiment("fedfoa", "calibration", params=CalibrationParams)
 def calibration(ctx: RunContext) -> list[dict]:
     return run_calibration(ctx)
 
@@ -83,7 +80,6 @@ def calibration(ctx: RunContext) -> list[dict]:
 calibration.extra_policies_ok = True  # the random_init reference rows
 
 
-@experiment("fedfoa", "comm", params=CommParams)
 def comm(ctx: RunContext) -> list[dict]:
     """Exact payload bytes per client per round (float32) for each policy and encoder; deterministic."""
     p: CommParams = ctx.params

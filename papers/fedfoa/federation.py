@@ -12,7 +12,7 @@
 The whole run is one ``lax.scan`` over rounds inside one ``jit``; clients of one architecture are stacked and
 ``vmap``ped, architecture groups run one after the other inside the round, and seeds are ``vmap``ped outside
 (:func:`compiled_train`). State is a pytree of arrays (:class:`Carry`), so a run is checkpointed between chunks
-of rounds and resumed after a kill (:func:`run_train`).
+of rounds and resumed after a kill (:func:`run_train`, through the shared driver).
 
 Initialisation (``FedShape.init``): ``"common"`` (default) -- the server draws one initial model and broadcasts it,
 so homogeneous clients start identical; in a heterogeneous federation every architecture group starts from one
@@ -37,7 +37,6 @@ with the same shape reuses one executable. Methods:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -46,7 +45,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from common.repro.checkpoint import run_chunked
+from common.repro.cache import RunCache
+from common.repro.trainer import ChunkedTrainer, compile_trainer
 from papers.fedfoa import relation
 from papers.fedfoa.augment import AugmentSpec, eval_view, two_views
 from papers.fedfoa.models import Net, NetSpec, Params, conv_kernels, make_net
@@ -517,63 +517,48 @@ def make_train(shape: FedShape) -> Callable[..., TrainOutput]:
     return train
 
 
-@functools.cache
 def compiled_train(shape: FedShape) -> Callable[..., TrainOutput]:
-    """``jit(vmap over seeds)`` of :func:`make_train`: ``(knobs, keys [S], idx [S,K,M], counts [S,K], images,
-    public, mean, std)``. Cached per shape, so all policies (and experiments) of one shape share an executable."""
+    """``jit(vmap over seeds)`` of :func:`make_train` in one piece: ``(knobs, keys [S], idx [S,K,M], counts [S,K],
+    images, public, mean, std)``; built afresh (the reference :func:`run_train` is checked against)."""
     train = make_train(shape)
     return jax.jit(jax.vmap(train, in_axes=(None, 0, 0, 0, None, None, None, None)),
                    compiler_options=COMPILER_OPTIONS)
 
 
-def num_chunks(rounds: int, most: int = 10) -> int:
-    """The most equal chunks (<= ``most``) that ``rounds`` splits into: the checkpoint granularity."""
-    return max(c for c in range(1, min(most, max(rounds, 1)) + 1) if rounds % c == 0)
+def chunked_trainer(shape: FedShape, cache: RunCache | None = None) -> ChunkedTrainer:
+    """The training of ``shape`` through the shared driver (:func:`common.repro.trainer.compile_trainer`): vmapped
+    over seeds, ``num_chunks(shape.rounds)`` equal jitted chunks of rounds; ``start(knobs, keys, public)``,
+    ``advance(carry, knobs, keys, idx, counts, images, public, mean, std)``. Built once per shape and run when
+    ``cache`` (the run cache) is given, so all policies and experiments of one shape share an executable."""
 
+    def build() -> ChunkedTrainer:
+        train = make_train(shape)
 
-@functools.cache
-def compiled_chunks(shape: FedShape, chunks: int) -> tuple[Callable[..., Carry], Callable[..., tuple]]:
-    """``(start, advance)``, jitted and vmapped over seeds like :func:`compiled_train`, ``advance`` running
-    ``shape.rounds // chunks`` rounds: ``start(knobs, keys, public)``, ``advance(knobs, carry, keys, idx,
-    counts, images, public, mean, std)``."""
-    if chunks < 1 or shape.rounds % chunks:
-        raise ValueError(f"{shape.rounds} rounds do not split into {chunks} equal chunks")
-    train = make_train(shape)
-    adv = functools.partial(train.advance, rounds=shape.rounds // chunks)
-    return (jax.jit(jax.vmap(train.start, in_axes=(None, 0, None)), compiler_options=COMPILER_OPTIONS),
-            jax.jit(jax.vmap(adv, in_axes=(None, 0, 0, 0, 0, None, None, None, None)),
-                    compiler_options=COMPILER_OPTIONS))
+        def advance(carry, kn, keys, idx, counts, images, public, mean, std, rounds):
+            return train.advance(kn, carry, keys, idx, counts, images, public, mean, std, rounds=rounds)
+
+        return compile_trainer(train.start, advance, shape.rounds, start_axes=(None, 0, None),
+                               advance_axes=(0, None, 0, 0, 0, None, None, None, None), steps_arg="rounds",
+                               compiler_options=COMPILER_OPTIONS)
+
+    return build() if cache is None else cache.get("fedfoa.trainer", shape, build)
 
 
 def run_train(shape: FedShape, kn: Knobs, keys, idx, counts, images, public, mean, std,
-              checkpointer=None, monitor=None) -> TrainOutput:
-    """All seeds of one policy in :func:`num_chunks` jitted chunks of rounds, saved with ``checkpointer`` (a
-    :class:`common.repro.checkpoint.Checkpointer`, or None) after each chunk and resumed from its latest save.
-    Bit-identical to :func:`compiled_train` on the same platform; stats leaves ``[S, rounds, K]``.
+              checkpointer=None, monitor=None, cache: RunCache | None = None) -> TrainOutput:
+    """All seeds of one policy in :func:`common.repro.trainer.num_chunks` jitted chunks of rounds (see
+    :func:`chunked_trainer`), saved with ``checkpointer`` (a :class:`common.repro.checkpoint.Checkpointer`, or
+    None) after each chunk and resumed from its latest save. Bit-identical to :func:`compiled_train` on the same
+    platform; stats leaves ``[S, rounds, K]``.
 
     ``monitor`` (optional): ``carry -> pytree of [S, ...] arrays``, evaluated after every chunk (e.g. per-round
     probe accuracy and cross-client similarity); it must offer ``monitor.eval_shape(carry)``. Its outputs are
     checkpointed with the chunk's stats and returned stacked as ``TrainOutput.monitor`` (leaves ``[S, chunks,
     ...]``)."""
-    n = num_chunks(shape.rounds)
-    start, advance = compiled_chunks(shape, n)
-    args = (keys, idx, counts, images, public, mean, std)
-
-    def chunk(c):
-        c2, st = advance(kn, c, *args)
-        return c2, (st, monitor(c2) if monitor is not None else None)
-
-    def chunk_shape(c):
-        c2, st = advance.eval_shape(kn, c, *args)
-        return c2, (st, monitor.eval_shape(c2) if monitor is not None else None)
-
-    chunk.eval_shape = chunk_shape
-    carry, history = run_chunked(chunk, start(kn, keys, public), n, checkpointer)
-    stats = jax.tree.map(lambda *h: jnp.concatenate(h, axis=1), *[h[0] for h in history])
-    mon = None
-    if monitor is not None:
-        mon = jax.tree.map(lambda *h: jnp.stack(h, axis=1), *[h[1] for h in history])
-    return TrainOutput(carry.clients, carry.server, stats, mon)
+    trainer = chunked_trainer(shape, cache)
+    done = trainer.run((kn, keys, public), (kn, keys, idx, counts, images, public, mean, std), monitor=monitor,
+                       checkpointer=checkpointer)
+    return TrainOutput(done.state.clients, done.state.server, done.steps, done.curve)
 
 
 def bytes_per_round(shape: FedShape, method: str, foa: bool, num_public: int = 0) -> dict[str, float]:

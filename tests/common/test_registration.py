@@ -55,14 +55,13 @@ def test_bad_registration_is_a_clear_error_at_compose(toy_conf, extra, needle):
         compose_run(["experiment=toy/reg"], conf_dir=toy_conf)
 
 
-def test_an_unset_fn_hashes_as_if_the_key_did_not_exist(toy_conf):
-    """Declaring ``fn``/``params_class`` in the schema must not change the stored hash of an experiment that sets
-    neither (papers still on the decorator keep their fresh results); setting one is a new config."""
-    spec = compose_run(["experiment=toy/slow"], conf_dir=toy_conf)
-    text = config_mod.resolved_for_hash(spec.cfg, spec.policies, spec.experiment)
-    assert "fn:" not in text and "params_class" not in text
+def test_fn_and_params_class_enter_the_config_hash(toy_conf):
+    """The registration is part of the configuration: pointing ``fn`` elsewhere is a new config."""
     costs = compose_run(["experiment=toy/costs"], conf_dir=toy_conf)
-    assert f"fn: {TOY}:costs" in config_mod.resolved_for_hash(costs.cfg, costs.policies, costs.experiment)
+    text = config_mod.resolved_for_hash(costs.cfg, costs.policies, costs.experiment)
+    assert f"fn: {TOY}:costs" in text and f"params_class: {TOY}:ToyParams" in text
+    slow = compose_run(["experiment=toy/slow"], conf_dir=toy_conf)
+    assert f"fn: {TOY}:slow" in config_mod.resolved_for_hash(slow.cfg, slow.policies, slow.experiment)
 
 
 def test_one_experiment_composes_once_and_merges_its_node_once(toy_conf, tmp_path, monkeypatch):

@@ -73,7 +73,8 @@ def test_unregistered_experiment_is_a_clear_error(toy_conf):
           name: ghost
           paper: toy
     """)
-    with pytest.raises(ConfigError, match="no experiment function registered for toy/ghost"):
+    with pytest.raises(ConfigError, match=r"toy/ghost: its YAML must name its function, "
+                                          r"fn: tests.fixtures.toy_paper.experiments:<function>"):
         compose(["experiment=toy/ghost"], conf_dir=toy_conf)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from common.repro.config import ConfigError, build_context, compose, compose_run
 from papers.fedfoa.federation import ConfigurationError
-from papers.fedfoa.runner import make_shape, policy_knobs
+from papers.fedfoa.fedssl_runs import make_shape, policy_knobs
 
 
 def test_mismatched_projector_dims_fail_at_compose():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from papers.fedfoa import data as D
-from papers.fedfoa.runner import DatasetUnavailable, load_data, partitions
+from papers.fedfoa.fedssl_runs import DatasetUnavailable, load_data, partitions
 from papers.fedfoa.schemas import FedSSLParams
 from tests.conftest import DATA
 

@@ -21,8 +21,8 @@ from papers.fedfoa.federation import (
     relational_kd_loss,
     similarity_consensus,
 )
+from papers.fedfoa.fedssl_runs import relation_corr, untrained_gate
 from papers.fedfoa.models import NetSpec, make_net
-from papers.fedfoa.runner import relation_corr, untrained_gate
 
 S = NetSpec("cnn_s", 3, 32, hidden=64)
 L = NetSpec("cnn_l", 3, 32, hidden=64)

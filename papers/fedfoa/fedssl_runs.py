@@ -27,7 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from common.fl.partition import dirichlet_partition, label_histogram, pad_partitions, split_public
+from common.repro.cache import RunCache
 from common.repro.results import metric_rows
+from common.repro.trainer import num_chunks
 from papers.fedfoa import relation
 from papers.fedfoa.data import SSLData, available, check_shards, load_ssl_data
 from papers.fedfoa.evaluation import compiled_eval, compiled_monitor, mean_pairwise_cka
@@ -39,7 +41,6 @@ from papers.fedfoa.federation import (
     bytes_per_round,
     initial_params,
     knobs,
-    num_chunks,
     run_train,
 )
 from papers.fedfoa.models import NetSpec
@@ -126,7 +127,7 @@ def _eval_arrays(p: FedSSLParams, data: SSLData) -> tuple[jax.Array, ...]:
     return tuple(jnp.asarray(a) for a in (data.pool_x, data.pool_y, xe, ye, data.mean, data.std))
 
 
-def make_monitor(shape: FedShape, p: FedSSLParams, data: SSLData, num_seeds: int):
+def make_monitor(shape: FedShape, p: FedSSLParams, data: SSLData, num_seeds: int, cache: RunCache | None = None):
     """``monitor(carry) -> {"probe_acc": [S, K] (%), "cka": [S]}`` for :func:`run_train`: every client's linear-probe
     accuracy (the protocol of :func:`evaluate`) and the mean linear CKA between clients' representations of the
     first ``p.cka_samples`` evaluation images. Carries ``eval_shape``."""
@@ -139,7 +140,7 @@ def make_monitor(shape: FedShape, p: FedSSLParams, data: SSLData, num_seeds: int
         accs, grams = [], []
         for (spec, n), g in zip(shape.groups, groups, strict=True):
             params = g.params if hasattr(g, "params") else g
-            fn = compiled_monitor(spec, p.image_size, data.num_classes, p.probe_steps, n_cka)
+            fn = compiled_monitor(spec, p.image_size, data.num_classes, p.probe_steps, n_cka, cache)
             acc, gram = fn(_flat(params), *arrays)
             accs.append(acc.reshape(S, n))
             grams.append(gram.reshape(S, n, n_cka, n_cka))
@@ -170,7 +171,7 @@ def relation_corr(groups_rel, groups_ok) -> np.ndarray:
 
 
 def evaluate(shape: FedShape, p: FedSSLParams, data: SSLData, out_clients, global_params, seeds: np.ndarray,
-             ) -> dict[str, np.ndarray]:
+             cache: RunCache | None = None) -> dict[str, np.ndarray]:
     """Per seed: client-mean / worst-client linear-probe accuracy, per-architecture means, global-model accuracy,
     and fine-tuning accuracy at each labelled fraction (all in %)."""
     x_tr, y_tr, x_te, y_te, mean, std = _eval_arrays(p, data)
@@ -181,8 +182,8 @@ def evaluate(shape: FedShape, p: FedSSLParams, data: SSLData, out_clients, globa
     ft_all: dict[float, list[np.ndarray]] = {f: [] for f in p.ft_fractions}
     for (spec, n), params in zip(shape.groups, out_clients, strict=True):
         # the monitor's executable (same shapes as the per-chunk monitor, so compiled once)
-        probe = compiled_monitor(spec, p.image_size, data.num_classes, p.probe_steps, n_cka)
-        _, ft = compiled_eval(spec, p.image_size, data.num_classes, p.probe_steps, p.ft_steps, p.ft_batch)
+        probe = compiled_monitor(spec, p.image_size, data.num_classes, p.probe_steps, n_cka, cache)
+        _, ft = compiled_eval(spec, p.image_size, data.num_classes, p.probe_steps, p.ft_steps, p.ft_batch, cache)
         acc = np.asarray(probe(_flat(params), x_tr, y_tr, x_te, y_te, mean, std)[0]).reshape(S, n) * 100
         res[f"probe_acc_{spec.arch}"] = acc.mean(1)
         all_acc.append(acc)
@@ -202,7 +203,7 @@ def evaluate(shape: FedShape, p: FedSSLParams, data: SSLData, out_clients, globa
         res[f"ft_acc_{f * 100:g}pct"] = np.concatenate(parts, axis=1).mean(1)
     if global_params is not None:
         spec = shape.groups[0][0]
-        probe, _ = compiled_eval(spec, p.image_size, data.num_classes, p.probe_steps, p.ft_steps, p.ft_batch)
+        probe, _ = compiled_eval(spec, p.image_size, data.num_classes, p.probe_steps, p.ft_steps, p.ft_batch, cache)
         res["probe_acc_global"] = np.asarray(probe(global_params, x_tr, y_tr, x_te, y_te, mean, std)) * 100
     return res
 
@@ -238,17 +239,18 @@ def run_fedssl(ctx) -> list[dict]:
     ctx.progress.start(len(kns) + 1, "policies")
     # the untrained encoders (the initial weights every policy starts from): the reference of the beats_untrained
     # gate; their rows are written only if params.random_init_reference
-    rand_rows, rand_acc = random_init_rows(shape, p, data, seeds, cond)
+    rand_rows, rand_acc = random_init_rows(shape, p, data, seeds, cond, ctx.cache)
     if p.random_init_reference:
         rows += rand_rows
     ctx.progress.update(note=f"random_init: probe {rand_acc.mean():.2f}%")
     for name, kn in kns.items():
         pol = ctx.policies[name]
         t0 = time.monotonic()
-        mon = make_monitor(shape, p, data, len(seeds)) if p.monitor else None
-        out = jax.block_until_ready(run_train(shape, kn, *args, checkpointer=ctx.checkpointer(name), monitor=mon))
+        mon = make_monitor(shape, p, data, len(seeds), ctx.cache) if p.monitor else None
+        out = jax.block_until_ready(run_train(shape, kn, *args, checkpointer=ctx.checkpointer(name), monitor=mon,
+                                              cache=ctx.cache))
         t_train = time.monotonic() - t0
-        rows += policy_rows(name, pol, shape, p, data, out, seeds, rand_acc, t_train, cond, ctx.progress)
+        rows += policy_rows(name, pol, shape, p, data, out, seeds, rand_acc, t_train, cond, ctx.progress, ctx.cache)
     return rows
 
 
@@ -260,13 +262,14 @@ def untrained_gate(acc: np.ndarray, untrained_acc: np.ndarray, gate_pp: float) -
 
 
 def policy_rows(name: str, pol: FedSSLPolicy, shape: FedShape, p: FedSSLParams, data: SSLData, out: TrainOutput,
-                seeds: np.ndarray, rand_acc: np.ndarray, t_train: float, cond: dict, progress) -> list[dict]:
+                seeds: np.ndarray, rand_acc: np.ndarray, t_train: float, cond: dict, progress,
+                cache: RunCache | None = None) -> list[dict]:
     """Result rows of one trained policy (final metrics, the beats_untrained gate, per-round curves)."""
     hl = health(out, seeds, name)
     for m in hl.messages:
         progress.log("WARNING " + m)
     glob = out.server.global_params if SHARE_CODE[pol.method] else None
-    ev = evaluate(shape, p, data, [c.params for c in out.clients], glob, seeds)
+    ev = evaluate(shape, p, data, [c.params for c in out.clients], glob, seeds, cache)
     b = bytes_per_round(shape, pol.method, pol.foa, data.public_x.shape[0])
     st = out.stats
     gap, gate = untrained_gate(ev["probe_acc"], rand_acc, p.gate_pp)
@@ -331,15 +334,15 @@ def untrained_params(shape: FedShape, seeds: np.ndarray) -> list:
     return list(jax.vmap(one)(jnp.asarray(seeds)))
 
 
-def random_init_rows(shape: FedShape, p: FedSSLParams, data: SSLData, seeds: np.ndarray, cond: dict
-                     ) -> tuple[list[dict], np.ndarray]:
+def random_init_rows(shape: FedShape, p: FedSSLParams, data: SSLData, seeds: np.ndarray, cond: dict,
+                     cache: RunCache | None = None) -> tuple[list[dict], np.ndarray]:
     """Rows of the untrained encoders (policy ``random_init``: the initial weights every policy starts from):
     linear probe, fine-tuning from them (= supervised training from scratch on the labelled fraction) and the
     cross-client CKA at round 0; also returns their client-mean probe accuracy per seed ``[S]``."""
     inits = untrained_params(shape, seeds)
-    ev = evaluate(shape, p, data, inits, None, seeds)
+    ev = evaluate(shape, p, data, inits, None, seeds, cache)
     metrics = {k: (v, "%") for k, v in ev.items()}
     if shape.num_clients > 1:
-        mon = make_monitor(shape, p, data, len(seeds))(inits)
+        mon = make_monitor(shape, p, data, len(seeds), cache)(inits)
         metrics["cka_init"] = (np.asarray(mon["cka"]), "cka")
     return metric_rows("random_init", metrics, seeds=seeds, **cond), ev["probe_acc"]
