@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from common.models.small import cross_entropy
 from common.repro.cache import RunCache
 from papers.fedfoa.augment import eval_view
 from papers.fedfoa.federation import COMPILER_OPTIONS
@@ -55,8 +56,7 @@ def linear_probe(f_train: jax.Array, y_train: jax.Array, f_test: jax.Array, y_te
 
     def loss(p):
         logits = xtr @ p["w"] + p["b"]
-        ce = -jnp.take_along_axis(jax.nn.log_softmax(logits), y_train[:, None], axis=1).mean()
-        return ce + l2 * jnp.sum(p["w"] ** 2)
+        return cross_entropy(logits, y_train) + l2 * jnp.sum(p["w"] ** 2)
 
     def step(carry, _):
         p, o = carry
@@ -82,7 +82,7 @@ def fine_tune(net: Net, params: Params, key: jax.Array, x_lab: jax.Array, y_lab:
         return net.encode(p["enc"], x) @ p["head"]["w"] + p["head"]["b"]
 
     def loss(p, x, y):
-        return -jnp.take_along_axis(jax.nn.log_softmax(logits(p, x)), y[:, None], axis=1).mean()
+        return cross_entropy(logits(p, x), y)
 
     def step(carry, k):
         p, o = carry
