@@ -27,7 +27,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from common.models.small import MODELS
+from common.models.small import MODELS, cross_entropy
 
 Params = nnx.State
 Apply = Callable[[Params, jax.Array], jax.Array]
@@ -187,15 +187,10 @@ def local_train(apply: Apply, tx: optax.GradientTransformation, params: Params, 
             j = ix[jax.random.randint(kk, (batch_size,), 0, n)]
             return x[j], y[j]
 
-        return _sgd(lambda q, xb, yb: _ce(apply(q, xb), yb), tx, p, o, k, steps, sample)
+        return _sgd(lambda q, xb, yb: cross_entropy(apply(q, xb), yb), tx, p, o, k, steps, sample)
 
     keys = jax.random.split(key, idx.shape[0])
     return jax.vmap(one)(params, opt_state, keys, idx, counts)
-
-
-def _ce(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    logp = jax.nn.log_softmax(logits)
-    return -jnp.take_along_axis(logp, labels[:, None], axis=-1).mean()
 
 
 def distill(apply: Apply, tx: optax.GradientTransformation, params: Params, opt_state, key: jax.Array,

@@ -40,16 +40,23 @@ def normalise(x_uint8: np.ndarray, name: str) -> np.ndarray:
     return ((x_uint8.astype(np.float32) / 255.0) - mean) / std
 
 
-def _take(x: np.ndarray, y: np.ndarray, n: int | None, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A class-stratified random subset of ``n`` examples (all if ``n`` is None)."""
+def stratified_subset(x: np.ndarray, y: np.ndarray, n: int | None, rng: np.random.Generator, *,
+                      shuffle: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """A class-stratified random subset of ``n`` examples (all of them, in order, if ``n`` is None or >= len(y)).
+
+    Each class gets ``n // C`` examples and the first ``n mod C`` classes (in label order) one more, drawn without
+    replacement by ``rng``. The subset comes in a random order (``shuffle``) or in the original order.
+    """
     if n is None or n >= y.size:
         return x, y
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
     classes = np.unique(y)
     per = np.full(classes.size, n // classes.size)
     per[: n - per.sum()] += 1
     idx = np.concatenate([rng.choice(np.flatnonzero(y == c), k, replace=False) for c, k in zip(classes, per,
                                                                                                 strict=True)])
-    idx = rng.permutation(idx)
+    idx = rng.permutation(idx) if shuffle else np.sort(idx)
     return x[idx], y[idx]
 
 
@@ -63,6 +70,6 @@ def load_image_data(name: str, data_dir: str | Path, n_train: int | None = None,
     xtr, ytr = load_images(name, data_dir, "train", **kw)
     kwt = {"limit": int(np.ceil(n_test / 10))} if name == "cifar10_jpeg" and n_test is not None else {}
     xte, yte = load_images(name, data_dir, "test", **kwt)
-    xtr, ytr = _take(xtr, ytr, n_train, rng)
-    xte, yte = _take(xte, yte, n_test, rng)
+    xtr, ytr = stratified_subset(xtr, ytr, n_train, rng)
+    xte, yte = stratified_subset(xte, yte, n_test, rng)
     return ImageData(name, normalise(xtr, name), ytr.astype(np.int32), normalise(xte, name), yte.astype(np.int32))

@@ -121,10 +121,15 @@ def num_params(params) -> int:
     return int(sum(x.size for x in jax.tree.leaves(params)))
 
 
+def per_example_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """Softmax cross-entropy of each example, ``[B, C]`` logits and ``[B]`` integer labels -> ``[B]``."""
+    logp = jax.nn.log_softmax(logits)
+    return -jnp.take_along_axis(logp, labels[:, None], axis=-1)[:, 0]
+
+
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     """Mean softmax cross-entropy with integer labels."""
-    logp = jax.nn.log_softmax(logits)
-    return -jnp.take_along_axis(logp, labels[:, None], axis=-1).mean()
+    return per_example_cross_entropy(logits, labels).mean()
 
 
 def accuracy(logits: jax.Array, labels: jax.Array) -> jax.Array:

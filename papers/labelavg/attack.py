@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from common.models.small import per_example_cross_entropy
 from papers.labelavg import methods as M
 from papers.labelavg.schemas import AttackConfig
 
@@ -82,7 +83,7 @@ def view_loss(method: str, out: jax.Array, y: jax.Array) -> jax.Array:
         return (out != y).astype(jnp.float32)
     if m == "dsfl":
         return -jnp.log(jnp.maximum(jnp.take_along_axis(out, y[:, None], -1)[:, 0], 1e-30))
-    return -jnp.take_along_axis(jax.nn.log_softmax(out), y[:, None], -1)[:, 0]
+    return per_example_cross_entropy(out, y)
 
 
 def view_labels(method: str, out: jax.Array) -> jax.Array:
@@ -220,8 +221,7 @@ def make_attack(setup: AttackSetup, apply_t: Callable) -> Callable:
     yq = jnp.repeat(ys, cfg.directions + 1)
 
     def whitebox_grad(params_t, x):
-        return jax.grad(lambda xx: -jnp.take_along_axis(jax.nn.log_softmax(apply_t(params_t, xx)), ys[:, None],
-                                                        -1).sum())(x)
+        return jax.grad(lambda xx: per_example_cross_entropy(apply_t(params_t, xx), ys).sum())(x)
 
     def attack(key, params_t):
         k_g, k_z, k_s = jax.random.split(key, 3)

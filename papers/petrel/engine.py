@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from common.models.data import STATS
+from common.models.data import STATS, stratified_subset
 from common.models.small import accuracy, cross_entropy, make_model, pure
 from common.traces.images import load_images
 
@@ -224,20 +224,8 @@ def load_task(dataset: str, data_dir: str | Path, *, model: str = "mlp", n_train
     xtr, ytr = load_images(dataset, data_dir, "train", **kw)
     kwt = {"limit": int(np.ceil(n_test / 10))} if dataset == "cifar10_jpeg" else {}
     xte, yte = load_images(dataset, data_dir, "test", **kwt)
-    xtr, ytr = _stratified(xtr, ytr, n_train or None, rng)
-    xte, yte = _stratified(xte, yte, n_test, rng)
+    xtr, ytr = stratified_subset(xtr, ytr, n_train or None, rng, shuffle=False)
+    xte, yte = stratified_subset(xte, yte, n_test, rng, shuffle=False)
     if xtr.ndim == 3:
         xtr, xte = xtr[..., None], xte[..., None]
     return Task(xtr, ytr, xte, yte, dataset=dataset, model=model, init_seed=seed, probe_size=probe_size, **model_kw)
-
-
-def _stratified(x: np.ndarray, y: np.ndarray, n: int | None, rng: np.random.Generator):
-    if n is None or n >= y.size:
-        return x, y
-    classes = np.unique(y)
-    per = np.full(classes.size, n // classes.size)
-    per[: n - per.sum()] += 1
-    idx = np.concatenate([rng.choice(np.flatnonzero(y == c), k, replace=False)
-                          for c, k in zip(classes, per, strict=True)])
-    idx = np.sort(idx)
-    return x[idx], y[idx]
