@@ -15,7 +15,6 @@ its initial parameters, a baseline row that shows what the hand-designed structu
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any
 
 import numpy as np
@@ -348,14 +347,6 @@ def ablation(ctx: RunContext) -> pd.DataFrame:
                       pd.DataFrame(_workload_rows(windows, spec, p.load))], ignore_index=True)
 
 
-def _fifth(curve: np.ndarray, last: bool) -> np.ndarray:
-    """Per-seed nan-mean of the first or last fifth of ``curve [seeds, updates]``."""
-    w = max(1, int(round(0.2 * curve.shape[1])))
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN fifth (no finished episode) gives NaN
-        return np.nanmean(curve[:, -w:] if last else curve[:, :w], axis=1)
-
-
 def pick_grid_point(rows: pd.DataFrame, policy: str) -> tuple[float, float]:
     """The tuning rule, fixed before any tuning result was read: the ``(lr, ent_coef)`` grid point of ``policy``
     with the lowest seed-mean ``check_jct_h`` (greedy JCT of the trained network on the check windows, which are
@@ -401,9 +392,9 @@ def tuning(ctx: RunContext) -> pd.DataFrame:
                 "beats_untrained": (g["beats_untrained"], "bool"),
             }, seeds=seeds, **cond)
             diag = metric_rows(name, {  # training diagnostics: a seed whose curve has no finished episode has none
-                "train_jct_last_fifth_h": (_fifth(jct, last=True), "h"),
+                "train_jct_last_fifth_h": (pipeline.window_mean(jct, "last"), "h"),
                 "mean_approx_kl": (kl, "nats"),
-                "entropy_change": (_fifth(ent_c, last=True) - _fifth(ent_c, last=False), "nats"),
+                "entropy_change": (pipeline.window_mean(ent_c, "last") - pipeline.window_mean(ent_c, "first"), "nats"),
             }, seeds=seeds, **cond)
             rows += [r for r in diag if np.isfinite(r["value"])]
             rows += metric_rows(name, {"train_wall_s": (tr.seconds, "s")}, seeds=[int(seeds[0])], **cond)

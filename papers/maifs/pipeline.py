@@ -355,22 +355,38 @@ def gates(tr: Trained, name: str, p: MaifsParams) -> dict[str, np.ndarray]:
                                 ).astype(float)}
 
 
+def window_mean(curve: np.ndarray, which: str, frac: float = 0.2) -> np.ndarray:
+    """``[seeds]`` nan-mean of one window of ``curve [seeds, updates]`` that is ``frac`` of its updates long
+    (rounded, at least one): ``"first"``, ``"last"`` or ``"previous"`` (the window just before the last). A window
+    without a finite entry (no finished episode) gives NaN."""
+    curve = np.atleast_2d(np.asarray(curve, float))
+    u = curve.shape[1]
+    w = max(1, int(round(frac * u)))
+    bounds = {"first": (0, w), "last": (u - w, u), "previous": (u - 2 * w, u - w)}
+    if which not in bounds:
+        raise ValueError(f"which must be one of {sorted(bounds)}, got {which!r}")
+    lo, hi = bounds[which]
+    if lo < 0:
+        raise ValueError(f"a curve of {u} updates has no {which!r} window of {w}")
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN window: NaN
+        return np.nanmean(curve[:, lo:hi], axis=1)
+
+
 def converged(curve: np.ndarray, tol: float, frac: float = 0.2) -> np.ndarray:
     """``[seeds]`` 1.0 where the (lower-is-better) curve ``[seeds, updates]`` improved by less than ``tol``
     (relative) from the mean of its second-to-last ``frac`` of updates to the mean of its last ``frac``
     (NaN entries, updates without a finished episode, are ignored; too short a curve is not converged)."""
     curve = np.atleast_2d(np.asarray(curve, float))
     u = curve.shape[1]
-    w = max(1, int(round(frac * u)))
-    if 2 * w > u:
+    if 2 * max(1, int(round(frac * u))) > u:
         return np.zeros(curve.shape[0])
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a fifth without a finished episode: NaN, not converged
-        last = np.nanmean(curve[:, u - w:], axis=1)
-        prev = np.nanmean(curve[:, u - 2 * w:u - w], axis=1)
+    last, prev = window_mean(curve, "last", frac), window_mean(curve, "previous", frac)
+    with np.errstate(all="ignore"):
         improvement = (prev - last) / np.abs(prev)
     return (np.isfinite(improvement) & (improvement < tol)).astype(float)
 
 
 __all__ = ["Data", "Trained", "converged", "env_config", "eval_windows", "gates", "load_data", "philly_eval",
-           "run_heuristic", "run_trained", "saturn_eval", "train_config", "train_policies", "training_windows"]
+           "run_heuristic", "run_trained", "saturn_eval", "train_config", "train_policies", "training_windows",
+           "window_mean"]

@@ -233,6 +233,19 @@ def test_converged_on_hand_made_curves():
     assert pipeline.converged(np.ones((1, 1)), tol=0.05).tolist() == [0.0]  # too short to tell
 
 
+def test_window_mean_known_windows_and_bad_input():
+    curve = np.stack([np.arange(10, dtype=float), np.full(10, np.nan)])  # w = 2 updates
+    assert pipeline.window_mean(curve, "first")[0] == 0.5
+    assert pipeline.window_mean(curve, "previous")[0] == 6.5
+    assert pipeline.window_mean(curve, "last")[0] == 8.5
+    assert np.isnan(pipeline.window_mean(curve, "last")[1])  # no finished episode in the window
+    assert pipeline.window_mean(np.arange(3.0), "last", frac=0.1).tolist() == [2.0]  # at least one update
+    with pytest.raises(ValueError, match="which"):
+        pipeline.window_mean(curve, "middle")
+    with pytest.raises(ValueError, match="no 'previous' window"):
+        pipeline.window_mean(np.ones((1, 1)), "previous")
+
+
 def test_gates_per_seed_from_curves_and_the_untrained_check():
     u = np.arange(50, dtype=float)
     flat, falling = 4.0 + np.exp(-u), 10.0 - 0.1 * u
