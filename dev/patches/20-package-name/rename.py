@@ -155,8 +155,8 @@ def anchored(rel: str, text: str, store: list[str]) -> str:
                     f"m.split('.')[2] for m in sys.modules if m.startswith('{PKG}.papers.')",
                     "paper key from a module name")
     elif rel == "README.md":
-        text = _sub(text, r"The import packages are\s+still the generic `common` and `papers` \(.*?\), so install it "
-                          r"into its own virtualenv\.",
+        text = _sub(text, r"The import packages are\s+still the generic `common` and `papers`, so install it "
+                          r"into its own virtualenv\. The move under one top-level\s+package, .*?eight papers\.",
                     _protect(store, f"The one import package is\n`{PKG}` (`{PKG}.common`: the shared core; "
                                     f"`{PKG}.papers.<key>`: one package per paper), named after\nthe distribution "
                                     "so that it does not collide with other projects' top-level names."),
