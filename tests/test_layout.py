@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.repro.config import experiments_of, papers_in_conf
+from mlsys_repro.common.repro.config import experiments_of, papers_in_conf
 from tests.conftest import ROOT
 
 PAPERS = papers_in_conf()
@@ -88,7 +88,7 @@ def test_every_paper_is_listed():
 @pytest.mark.parametrize("paper", PAPERS)
 def test_paper_keeps_no_module_cache(paper):
     bad = {}
-    for f in sorted((ROOT / "papers" / paper).rglob("*.py")):
+    for f in sorted((ROOT / "mlsys_repro" / "papers" / paper).rglob("*.py")):
         hits = module_caches(f.read_text())
         if hits:
             bad[str(f.relative_to(ROOT))] = hits
@@ -100,5 +100,5 @@ def test_every_experiment_names_its_function_in_its_own_package(paper):
     for name in experiments_of(paper):
         fn = _registration(paper, name).get("fn")
         assert fn, f"conf/experiment/{paper}/{name}.yaml names no fn"
-        assert fn.startswith(f"papers.{paper}."), fn
+        assert fn.startswith(f"mlsys_repro.papers.{paper}."), fn
         assert Path(ROOT, *fn.split(":")[0].split(".")).with_suffix(".py").is_file(), fn

@@ -8,8 +8,16 @@ import numpy as np
 import optax
 import pytest
 
-from common.models.data import load_image_data, normalise, stratified_subset
-from common.models.small import MODELS, accuracy, cross_entropy, make_model, num_params, per_example_cross_entropy, pure
+from mlsys_repro.common.models.data import load_image_data, normalise, stratified_subset
+from mlsys_repro.common.models.small import (
+    MODELS,
+    accuracy,
+    cross_entropy,
+    make_model,
+    num_params,
+    per_example_cross_entropy,
+    pure,
+)
 from tests.conftest import DATA
 
 

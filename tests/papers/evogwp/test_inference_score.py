@@ -1,4 +1,4 @@
-"""Checkpoints, ``papers.evogwp.predict`` and the scoring CLI on data the model never saw, including bad
+"""Checkpoints, ``mlsys_repro.papers.evogwp.predict`` and the scoring CLI on data the model never saw, including bad
 input."""
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from papers.evogwp import predict as package_predict
-from papers.evogwp.arrays import build_arrays
-from papers.evogwp.baselines import last_value
-from papers.evogwp.data import prepare
-from papers.evogwp.evaluate import PolicyResult, graph_arrays, prepare_dataset, save_checkpoint
-from papers.evogwp.inference import load
-from papers.evogwp.schemas import ForecasterPolicy, ForecastParams, TrainParams
-from papers.evogwp.score import main
-from papers.evogwp.train import init_params, make_predict
+from mlsys_repro.papers.evogwp import predict as package_predict
+from mlsys_repro.papers.evogwp.arrays import build_arrays
+from mlsys_repro.papers.evogwp.baselines import last_value
+from mlsys_repro.papers.evogwp.data import prepare
+from mlsys_repro.papers.evogwp.evaluate import PolicyResult, graph_arrays, prepare_dataset, save_checkpoint
+from mlsys_repro.papers.evogwp.inference import load
+from mlsys_repro.papers.evogwp.schemas import ForecasterPolicy, ForecastParams, TrainParams
+from mlsys_repro.papers.evogwp.score import main
+from mlsys_repro.papers.evogwp.train import init_params, make_predict
 
 PERIOD = 288
 DAYS = 4
@@ -77,7 +77,7 @@ def ckpts(tmp_path_factory):
     for kind, hp in HP.items():
         pol = ForecasterPolicy(name=kind, kind=kind, hparams=hp)
         extra, evo = graph_arrays(kind, pol.hp, ds)
-        from papers.evogwp.forecasters import builder
+        from mlsys_repro.papers.evogwp.forecasters import builder
 
         build = builder(
             kind,

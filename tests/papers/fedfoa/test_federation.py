@@ -11,12 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from common.repro.cache import RunCache
-from common.repro.checkpoint import Checkpointer
-from common.repro.config import build_context, compose_run
-from common.repro.trainer import num_chunks
-from papers.fedfoa import relation
-from papers.fedfoa.federation import (
+from mlsys_repro.common.repro.cache import RunCache
+from mlsys_repro.common.repro.checkpoint import Checkpointer
+from mlsys_repro.common.repro.config import build_context, compose_run
+from mlsys_repro.common.repro.trainer import num_chunks
+from mlsys_repro.papers.fedfoa import relation
+from mlsys_repro.papers.fedfoa.federation import (
     ConfigurationError,
     FedShape,
     bytes_per_round,
@@ -24,9 +24,9 @@ from papers.fedfoa.federation import (
     knobs,
     run_train,
 )
-from papers.fedfoa.fedssl_runs import health, make_shape, partitions
-from papers.fedfoa.models import NetSpec, make_net, num_params
-from papers.fedfoa.schemas import ClientGroupConfig, FederationHardware, FedSSLParams
+from mlsys_repro.papers.fedfoa.fedssl_runs import health, make_shape, partitions
+from mlsys_repro.papers.fedfoa.models import NetSpec, make_net, num_params
+from mlsys_repro.papers.fedfoa.schemas import ClientGroupConfig, FederationHardware, FedSSLParams
 from tests.fixtures.dying_checkpointer import DiesAfterFirstSave, Killed
 
 

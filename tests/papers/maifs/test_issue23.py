@@ -9,12 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from common.sim.cluster import PENDING, RUNNING
-from common.traces.gpu import PhillyJobs
-from papers.maifs import pipeline
-from papers.maifs.env import EnvConfig, MaifsEnv
-from papers.maifs.schemas import MaifsParams
-from papers.maifs.windows import (
+from mlsys_repro.common.sim.cluster import PENDING, RUNNING
+from mlsys_repro.common.traces.gpu import PhillyJobs
+from mlsys_repro.papers.maifs import pipeline
+from mlsys_repro.papers.maifs.env import EnvConfig, MaifsEnv
+from mlsys_repro.papers.maifs.schemas import MaifsParams
+from mlsys_repro.papers.maifs.windows import (
     Window,
     at_load,
     cap_durations,
@@ -267,12 +267,12 @@ def test_gates_per_seed_from_curves_and_the_untrained_check():
 
 def test_learning_curve_monitor_is_each_runs_greedy_mean_jct(tiny):
     """The monitor behind ``curve_check_jct_h`` and ``converged``: per run, the greedy episode's mean JCT (h) over
-    the first ``n`` windows, computed by hand here from :func:`papers.maifs.train.evaluate`."""
+    the first ``n`` windows, computed by hand here from :func:`mlsys_repro.papers.maifs.train.evaluate`."""
     import jax
 
-    from common.repro.cache import RunCache
-    from papers.maifs.model import variant
-    from papers.maifs.train import Problem, TrainConfig, evaluate, make_train
+    from mlsys_repro.common.repro.cache import RunCache
+    from mlsys_repro.papers.maifs.model import variant
+    from mlsys_repro.papers.maifs.train import Problem, TrainConfig, evaluate, make_train
     from tests.papers.maifs.test_env_model import ECFG, windows
 
     spec, cl, sm, md = tiny
@@ -300,7 +300,7 @@ def test_learning_curve_monitor_is_each_runs_greedy_mean_jct(tiny):
 
 
 def test_best_baseline_is_the_best_heuristic_per_metric_and_the_boundary_is_the_gain_over_it():
-    from papers.maifs.experiments import best_baseline_rows, boundary_rows
+    from mlsys_repro.papers.maifs.experiments import best_baseline_rows, boundary_rows
 
     rows = []
     for pol, jct, span in (("fifo", 5.0, 20.0), ("srtf", 3.0, 24.0), ("tetris", 4.0, 19.0), ("maifs", 2.0, 21.0),
@@ -327,7 +327,7 @@ def test_best_baseline_is_the_best_heuristic_per_metric_and_the_boundary_is_the_
 @pytest.mark.parametrize("exp", ["headline_philly", "headline_saturn", "load_sweep", "ablation"])
 @pytest.mark.parametrize("profile", ["smoke", "default"])
 def test_every_experiment_runs_on_equal_footing_and_disjoint_contended_windows(exp, profile):
-    from common.repro.config import compose, experiment_node
+    from mlsys_repro.common.repro.config import compose, experiment_node
 
     node = experiment_node(compose([f"experiment=maifs/{exp}", f"profile={profile}"]))
     p = MaifsParams(**node.params)
