@@ -73,6 +73,14 @@ def test_the_27_server_sweep_runs_on_27_servers_with_the_9_server_grid_and_effor
 
 
 @pytest.mark.parametrize("name", TRAINING)
+def test_optimiser_entries_are_float_pairs(name):
+    # the params schema types them dict[str, list[float]]: a YAML int (0) fails composition at run time
+    bad = {k: v for k, v in _params(name)["optimiser"].items()
+           if not (len(v) == 2 and all(isinstance(x, float) for x in v))}
+    assert not bad, f"{name}: write [lr, momentum] as floats: {bad}"
+
+
+@pytest.mark.parametrize("name", TRAINING)
 def test_training_configs_use_the_sweeps_choice(name):
     chosen = _chosen(TRAINING[name])
     swept = {g for _, g in chosen}
