@@ -33,7 +33,7 @@ from mlsys_repro.papers.evogwp.evolution import EvolutionConfig
 from mlsys_repro.papers.evogwp.forecasters import EvoInputs, builder, fixed_entities
 from mlsys_repro.papers.evogwp.schemas import parse_hparams
 from mlsys_repro.papers.evogwp.shapelets import Shapelets
-from mlsys_repro.papers.evogwp.train import make_predict
+from mlsys_repro.papers.evogwp.train import make_predict, make_segment_predict, segment_grid
 
 
 @dataclass
@@ -50,6 +50,12 @@ class Forecaster:
     def predict_fn(self):
         """The jitted predict function of this model's architecture (compiled on first use, kept with the model)."""
         return jax.jit(make_predict(self.build, self.input_len, self.horizon, self.context))
+
+    @functools.cached_property
+    def segment_predict_fn(self):
+        """The jitted per-segment predict function (models with a context: supports shared by the windows of
+        a segment)."""
+        return jax.jit(make_segment_predict(self.build, self.input_len, self.horizon, self.context))
 
     @property
     def name(self) -> str:
@@ -131,10 +137,12 @@ class Forecaster:
             extra["static_adj"] = self.static_adj
         if self.evo is not None:
             extra.update(self.evo.arrays(scaler.transform(series.filled), series.phase0))
-        arrays = build_arrays(series, scaler, pad=self.horizon, **extra)
-        fn = self.predict_fn
-        out = fn(self.params, {k: jnp.asarray(v) for k, v in arrays.items()}, jnp.asarray(o))
-        return np.asarray(out)
+        arrays = {k: jnp.asarray(v) for k, v in build_arrays(series, scaler, pad=self.horizon, **extra).items()}
+        if self.context is None:
+            return np.asarray(self.predict_fn(self.params, arrays, jnp.asarray(o)))
+        grid, pos = segment_grid(o, self.context.seg_len)
+        out = np.asarray(self.segment_predict_fn(self.params, arrays, jnp.asarray(grid)))
+        return out.reshape(-1, *out.shape[2:])[pos]
 
 
 def from_parts(meta: dict[str, Any], arrays: dict[str, np.ndarray], where: str = "checkpoint") -> Forecaster:

@@ -437,9 +437,18 @@ class EvoGWP(nnx.Module):
             sup.append(jnp.broadcast_to(a, (b, 1, n, n)))
         return jnp.concatenate(sup, 1)
 
-    def __call__(self, batch: dict, *, teacher_prob=0.0, key=None) -> jax.Array:
+    def __call__(self, batch: dict, *, teacher_prob=0.0, key=None, shared_context: bool = False) -> jax.Array:
+        """Forecasts ``[B, Q, N]``. ``shared_context=True`` promises that every window of the batch has the
+        same context segments (origins in one grid segment, as when scoring every origin): the supports are
+        then computed once, from the first window, and shared by the batch, so the diffusion products are
+        one ``[S N, N] x [N, B F]`` product instead of ``B`` separate ones. Same forecasts, fewer FLOPs."""
         f, aux, last = features(batch)
-        delta = self.net(
-            f, self.supports(batch), aux=aux, teacher_prob=teacher_prob, **_teacher(batch, last, key)
-        )
+        if shared_context:
+            first = {k: v[:1] for k, v in batch.items() if k in ("x", "ctx_sdist", "ctx_adj")}
+            if "static_adj" in batch:
+                first["static_adj"] = batch["static_adj"]
+            sup = self.supports(first)[0]
+        else:
+            sup = self.supports(batch)
+        delta = self.net(f, sup, aux=aux, teacher_prob=teacher_prob, **_teacher(batch, last, key))
         return last[:, None] + delta[..., 0]
