@@ -12,6 +12,15 @@ What is timed is one optimiser step exactly as the training loop runs it: sample
 with scheduled sampling, masked MAE, backward, gradient clipping, Adam. The PyTorch reference has the same
 model (inputs, DCGRU cells with dual-random-walk diffusion of K = 2 steps, decoder with the same auxiliary
 inputs and a linear projection) written the obvious way with dense ``torch.matmul`` supports.
+
+    PYTHONPATH=$PWD python -m mlsys_repro.papers.evogwp.bench --score [--checkpoint PATH] [--days 29]
+
+times the scoring command's work instead: ``score(model, first --days days of Bitbrains, stride 1)`` on all
+402 VMs (every origin of the month: about 8,000 windows), end to end (evolution graph, forecasts, metrics), once
+cold (compilation included, what a user of ``python -m mlsys_repro.papers.evogwp.score`` waits) and once warm;
+and, on a sample of the same windows, the per-window path (``make_predict``: supports recomputed and multiplied
+per window) against the per-segment path the command uses (``make_segment_predict``). Goal: a month within 2
+minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import argparse
 import os
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import jax
@@ -168,13 +178,63 @@ def torch_dcrnn_step(series, scaler, static_adj: np.ndarray, train_end: int, bat
     return one
 
 
+def score_month(checkpoint: Path, days: int, sample: int = 384) -> None:
+    """Print the wall time of scoring ``days`` days of Bitbrains at stride 1 (see the module docstring)."""
+    import pandas as pd
+
+    from mlsys_repro.papers.evogwp.inference import _history_series, load
+    from mlsys_repro.papers.evogwp.score import score
+    from mlsys_repro.papers.evogwp.train import make_predict, make_segment_predict, segment_grid
+
+    wm = load_workload_matrix(BITBRAINS)
+    t = days * 288
+    new = replace(wm, time=wm.time[:t], values=wm.values[:t])
+    print(
+        f"# score: {checkpoint} on Bitbrains {t} steps x {len(wm.entities)} VMs, stride 1; jax {jax.__version__}; "
+        f"cores {os.cpu_count()}; load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    f = load(checkpoint)
+    for label in ("cold (compile included)", "warm"):
+        t0 = time.perf_counter()
+        rep = score(f, new, None, stride=1)
+        wall = time.perf_counter() - t0
+        print(
+            f"score {label:<24} {wall:7.1f} s for {rep['windows']} windows x {rep['entities_scored']} entities "
+            f"({1e3 * wall / rep['windows']:.1f} ms/window; goal <= 120 s)",
+            flush=True,
+        )
+    if f.context is None:
+        return
+    frame = pd.DataFrame(new.values, columns=list(new.entities))
+    frame.insert(0, "time", new.time)
+    s = _history_series(f, frame)
+    arrays = build_arrays(s, f.scaler, pad=f.horizon, **f.evo.arrays(f.scaler.transform(s.filled), s.phase0))
+    arrays = {k: jnp.asarray(v) for k, v in arrays.items()}
+    o = np.arange(f.min_origin(), f.min_origin() + sample)
+    per_window = jax.jit(make_predict(f.build, f.input_len, f.horizon, f.context))
+    per_segment = jax.jit(make_segment_predict(f.build, f.input_len, f.horizon, f.context))
+    grid = jnp.asarray(segment_grid(o, f.context.seg_len)[0])
+    for name, fn, arg in (("per-window", per_window, jnp.asarray(o)), ("per-segment", per_segment, grid)):
+        wall, _ = _time(lambda fn=fn, arg=arg: jax.block_until_ready(fn(f.params, arrays, arg)), 2)
+        print(f"forecast {name:<12} {1e3 * wall / sample:6.1f} ms/window wall ({sample} windows)", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--days", type=int, default=10, help="days of Bitbrains used (memory of EvoGWP's graphs)")
+    ap.add_argument("--days", type=int, default=None, help="days of Bitbrains used (default 10; --score: 29)")
+    ap.add_argument("--score", action="store_true", help="time the scoring command instead of training steps")
+    ap.add_argument(
+        "--checkpoint", type=Path, default=ROOT / "results/evogwp/checkpoints/table_short_bitbrains_evogwp.npz"
+    )
     args = ap.parse_args(argv)
+    if args.score:
+        score_month(args.checkpoint, args.days or 29)
+        return 0
+    args.days = args.days or 10
 
     wm = load_workload_matrix(BITBRAINS)
     full = prepare(wm, name="bitbrains")  # all 402 VMs
