@@ -13,7 +13,7 @@ with scheduled sampling, masked MAE, backward, gradient clipping, Adam. The PyTo
 model (inputs, DCGRU cells with dual-random-walk diffusion of K = 2 steps, decoder with the same auxiliary
 inputs and a linear projection) written the obvious way with dense ``torch.matmul`` supports.
 
-    PYTHONPATH=$PWD python -m mlsys_repro.papers.evogwp.bench --score [--checkpoint PATH] [--days 29]
+    PYTHONPATH=$PWD python -m mlsys_repro.papers.evogwp.bench --score [--checkpoint PATH] [--days 29] [--stride 1]
 
 times the scoring command's work instead: ``score(model, first --days days of Bitbrains, stride 1)`` on all
 402 VMs (every origin of the month: about 8,000 windows), end to end (evolution graph, forecasts, metrics), once
@@ -178,8 +178,8 @@ def torch_dcrnn_step(series, scaler, static_adj: np.ndarray, train_end: int, bat
     return one
 
 
-def score_month(checkpoint: Path, days: int, sample: int = 384) -> None:
-    """Print the wall time of scoring ``days`` days of Bitbrains at stride 1 (see the module docstring)."""
+def score_month(checkpoint: Path, days: int, stride: int = 1, sample: int = 384) -> None:
+    """Print the wall time of scoring ``days`` days of Bitbrains at ``stride`` (see the module docstring)."""
     import pandas as pd
 
     from mlsys_repro.papers.evogwp.inference import _history_series, load
@@ -190,14 +190,14 @@ def score_month(checkpoint: Path, days: int, sample: int = 384) -> None:
     t = days * 288
     new = replace(wm, time=wm.time[:t], values=wm.values[:t])
     print(
-        f"# score: {checkpoint} on Bitbrains {t} steps x {len(wm.entities)} VMs, stride 1; jax {jax.__version__}; "
-        f"cores {os.cpu_count()}; load average {os.getloadavg()[0]:.1f}",
+        f"# score: {checkpoint} on Bitbrains {t} steps x {len(wm.entities)} VMs, stride {stride}; "
+        f"jax {jax.__version__}; cores {os.cpu_count()}; load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
     f = load(checkpoint)
     for label in ("cold (compile included)", "warm"):
         t0 = time.perf_counter()
-        rep = score(f, new, None, stride=1)
+        rep = score(f, new, None, stride=stride)
         wall = time.perf_counter() - t0
         print(
             f"score {label:<24} {wall:7.1f} s for {rep['windows']} windows x {rep['entities_scored']} entities "
@@ -227,12 +227,13 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--days", type=int, default=None, help="days of Bitbrains used (default 10; --score: 29)")
     ap.add_argument("--score", action="store_true", help="time the scoring command instead of training steps")
+    ap.add_argument("--stride", type=int, default=1, help="--score: score every stride-th window")
     ap.add_argument(
         "--checkpoint", type=Path, default=ROOT / "results/evogwp/checkpoints/table_short_bitbrains_evogwp.npz"
     )
     args = ap.parse_args(argv)
     if args.score:
-        score_month(args.checkpoint, args.days or 29)
+        score_month(args.checkpoint, args.days or 29, args.stride)
         return 0
     args.days = args.days or 10
 
