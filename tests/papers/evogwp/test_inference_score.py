@@ -282,11 +282,24 @@ def test_segment_grid_bad_input(origins, seg_len):
         segment_grid(np.asarray(origins), seg_len)
 
 
-def test_shared_supports_give_the_per_window_forecasts(ckpts):
+@pytest.mark.parametrize(
+    "switches",
+    [{}, {"graph": "static"}, {"learned": "embedding"}, {"learned": "none"}, {"graph": "none"}],
+    ids=["evogwp", "static-graph", "free-embeddings", "no-learned", "no-graph"],
+)
+def test_shared_supports_give_the_per_window_forecasts(ckpts, switches):
     """The per-segment path (supports once per segment, one product for all its windows) forecasts what the
-    per-window path forecasts, on a model whose output depends on the supports (random, not zero, weights)."""
-    _, ds, build, evo, _ = ckpts["evogwp"]
-    host = build_arrays(ds.series, ds.scaler, pad=12, **evo.arrays(ds.x_std))
+    per-window path forecasts, for EvoGWP and its ablations, on a model whose output depends on the supports
+    (random, not zero, weights)."""
+    from mlsys_repro.papers.evogwp.forecasters import builder
+
+    _, ds, *_ = ckpts["evogwp"]
+    pol = ForecasterPolicy(name="evogwp", kind="evogwp", hparams={**HP["evogwp"], **switches})
+    extra, evo = graph_arrays("evogwp", pol.hp, ds)
+    build = builder(
+        "evogwp", pol.hp, num_nodes=N, input_len=12, horizon=12, num_shapelets=evo.shapelets.v.shape[0]
+    )
+    host = build_arrays(ds.series, ds.scaler, pad=12, **extra)
     arrays = {k: jnp.asarray(v) for k, v in host.items()}
     params = init_params(build, jax.random.key(0))
     leaves, tree = jax.tree.flatten(params)
@@ -295,7 +308,8 @@ def test_shared_supports_give_the_per_window_forecasts(ckpts):
     params = jax.tree.unflatten(tree, noisy)
     seg = evo.context.seg_len
     lo = evo.context.min_origin()
-    o = np.array([lo + 3, lo + 2 * seg + 1, lo, lo + 2 * seg + 5, lo + 1, lo + 4 * seg, lo + 2 * seg])
+    # adjacent segments too, so that a grid mixing two segments in one row would fail
+    o = np.array([lo + 3, lo + 2 * seg + 1, lo, lo + seg + 2, lo + 2 * seg + 5, lo + 1, lo + 3 * seg + 1, lo + 2 * seg])
     want = np.asarray(make_predict(build, 12, 12, evo.context)(params, arrays, jnp.asarray(o)))
     grid, pos = segment_grid(o, seg)
     got = np.asarray(make_segment_predict(build, 12, 12, evo.context)(params, arrays, jnp.asarray(grid)))
