@@ -9,12 +9,21 @@ functions, read field by field), so a changed configuration can never be served 
 
 Values are built outside the lock (two threads asking for the same missing key may both build it; the first one
 stored wins and both get it), so a slow build does not block unrelated lookups.
+
+Before every build (a miss) the cache checks the process's memory mappings (:func:`release_if_mapping_pressure`):
+every compiled XLA executable keeps its code in many mappings, and an experiment that compiles a program per grid
+point (MAIFS ``tuning``: one MAPPO program per (lr, entropy) point and family) can reach the kernel's per-process
+limit (``vm.max_map_count``, 65,530 by default) within one experiment, where LLVM fails with "Cannot allocate
+memory" and the process aborts. Above half the limit, every compiled executable is dropped (``jax.clear_caches``);
+the jitted functions the cache holds recompile on demand, from the persistent compilation cache, to the same
+programs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import gc
 import hashlib
 import threading
 from collections.abc import Callable, Mapping
@@ -61,6 +70,40 @@ def cache_key(config: Any) -> str:
     return hashlib.sha256(repr(_canonical(config)).encode()).hexdigest()[:24]
 
 
+def mapping_count() -> int | None:
+    """Memory mappings this process holds (lines of ``/proc/self/maps``; None where there is no procfs)."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return None
+
+
+def mapping_limit() -> int | None:
+    """The kernel's per-process mapping limit (``vm.max_map_count``; None where it cannot be read)."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def release_if_mapping_pressure(fraction: float = 0.5) -> bool:
+    """Drop every compiled XLA executable (``jax.clear_caches``) when this process holds more than ``fraction`` of
+    its mapping limit; returns whether it did. Jitted functions recompile on demand (from the persistent
+    compilation cache when one is set), so results do not change, only the mappings are given back."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    n, limit = mapping_count(), mapping_limit()
+    if n is None or limit is None or n < fraction * limit:
+        return False
+    import jax
+
+    jax.clear_caches()
+    gc.collect()
+    return True
+
+
 class RunCache:
     """Values shared across the experiments of one run, keyed by ``(kind, cache_key(config))``."""
 
@@ -78,6 +121,7 @@ class RunCache:
                 self.hits += 1
                 return self._store[key]
             self.misses += 1
+        release_if_mapping_pressure()
         value = build()
         with self._lock:
             return self._store.setdefault(key, value)
