@@ -12,7 +12,7 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c "import common, papers, jax, hydra" >/dev/null 2>&1 \
+if ! .venv/bin/python -c "import mlsys_repro.common, mlsys_repro.papers, jax, hydra" >/dev/null 2>&1 \
    || [ pyproject.toml -nt .venv/.installed ] || [ requirements.lock -nt .venv/.installed ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -c requirements.lock -e ".[dev]"
@@ -28,4 +28,4 @@ fi
 # GPU runs: see README "Running on a GPU" for XLA_PYTHON_CLIENT_PREALLOCATE / MEM_FRACTION.
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-$PWD/.jax_cache}
 export PYTHONUNBUFFERED=1
-exec .venv/bin/python -m common.repro.run_all "$@"
+exec .venv/bin/python -m mlsys_repro.common.repro.run_all "$@"

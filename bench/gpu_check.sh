@@ -49,10 +49,10 @@ run_one() {  # name limit cmd...
 
 for pair in $STEPS; do
   key=${pair%%:*} exp=${pair#*:}
-  if [ -f "papers/$key/bench.py" ]; then
-    run_one "$key/bench" "$BENCH_S" "$PY" -m "papers.$key.bench"
+  if [ -f "mlsys_repro/papers/$key/bench.py" ]; then
+    run_one "$key/bench" "$BENCH_S" "$PY" -m "mlsys_repro.papers.$key.bench"
   fi
-  run_one "$key/$exp (full, 1 seed)" "$STEP_S" "$PY" -m common.repro.main "experiment=$key/$exp" profile=full \
+  run_one "$key/$exp (full, 1 seed)" "$STEP_S" "$PY" -m mlsys_repro.common.repro.main "experiment=$key/$exp" profile=full \
     profile.num_seeds=1 "hydra.run.dir=runs/gpu_check/$key/$exp"
 done
 

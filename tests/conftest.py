@@ -69,10 +69,9 @@ def toy_conf(tmp_path: Path) -> Path:
               - _self_
             name: {name}
         """)
-    # costs is registered in its YAML (fn, params_class); slow by the legacy decorator
-    toy = "tests.fixtures.toy_paper.experiments"
-    registration = {"costs": f"\n              fn: {toy}:costs\n              params_class: {toy}:ToyParams",
-                    "slow": ""}
+    toy = "tests.fixtures.toy_paper.experiments"  # each experiment registered in its YAML (fn, params_class)
+    registration = {e: f"\n              fn: {toy}:{e}\n              params_class: {toy}:ToyParams"
+                    for e in ("costs", "slow")}
     for exp, sleep in (("costs", 0.0), ("slow", 30.0)):
         write(conf / f"experiment/toy/{exp}.yaml", f"""
             # @package _global_

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 
-from common.repro.claims import check
+from mlsys_repro.common.repro.claims import check
 from tests.conftest import ROOT
 
 
@@ -18,4 +18,4 @@ def test_committed_reports_match_the_checker(tmp_path):
     for rel in reports:
         if (res / rel).read_bytes() != (ROOT / "results" / rel).read_bytes():
             stale.append(rel)
-    assert not stale, f"regenerate with `python -m common.repro.claims` and commit: {stale}"
+    assert not stale, f"regenerate with `python -m mlsys_repro.common.repro.claims` and commit: {stale}"

@@ -8,10 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from common.repro.claims import load_claims
-from common.repro.claims.evaluate import evaluate
-from common.repro.config import CONF_DIR, build_context, compose, compose_run, experiments_of, papers_in_conf
-from common.repro.results import to_frame
+from mlsys_repro.common.repro.claims import load_claims
+from mlsys_repro.common.repro.claims.evaluate import evaluate
+from mlsys_repro.common.repro.config import (
+    CONF_DIR,
+    build_context,
+    compose,
+    compose_run,
+    experiments_of,
+    papers_in_conf,
+)
+from mlsys_repro.common.repro.results import to_frame
 
 PAPERS = papers_in_conf()
 EXPERIMENTS = [(p, e) for p in PAPERS for e in experiments_of(p)]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from common.repro.config import compose_run
-from common.repro.run_all import run_experiment
+from mlsys_repro.common.repro.config import compose_run
+from mlsys_repro.common.repro.run_all import run_experiment
 
 # (paper, experiment, overrides): one small stochastic experiment per paper that trains or samples
 CASES = [

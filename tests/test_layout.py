@@ -1,10 +1,8 @@
 """The paper layout rules of issue #19, checked statically on the source.
 
-A paper is *moved* to the one-driver design when every experiment YAML of it names its function (``fn``); a moved
-paper registers nothing with the legacy decorator and keeps no mutable module-level cache (``functools.cache`` /
-``lru_cache`` on module functions, or a module-level dict/list filled from functions): what several experiments
-share goes through the run-scoped ``ctx.cache``. ``NOT_YET_MOVED`` lists the papers still on the old path; it may
-only shrink (the test fails if it lists a moved paper or omits an unmoved one).
+Every experiment YAML names its function (``fn``, inside the paper's own package); no paper keeps a mutable
+module-level cache (``functools.cache`` / ``lru_cache`` on module functions, or a module-level dict/list filled from
+functions): what several experiments share goes through the run-scoped ``ctx.cache``.
 """
 
 from __future__ import annotations
@@ -15,31 +13,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.repro.config import experiments_of, papers_in_conf
+from mlsys_repro.common.repro.config import experiments_of, papers_in_conf
 from tests.conftest import ROOT
 
-NOT_YET_MOVED = {"evogwp", "fedfoa"}
+PAPERS = papers_in_conf()
 
 
-def _fn_declared(paper: str) -> list[bool]:
-    out = []
-    for name in experiments_of(paper):
-        doc = yaml.safe_load((ROOT / "conf/experiment" / paper / f"{name}.yaml").read_text())
-        out.append(bool((doc.get("experiment") or {}).get("fn")))
-    return out
-
-
-def _moved(paper: str) -> bool:
-    return all(_fn_declared(paper))
-
-
-def test_no_paper_is_half_moved():
-    half = [p for p in papers_in_conf() if len(set(_fn_declared(p))) > 1]
-    assert not half, f"papers with fn on some experiments only: {half}"
-
-
-def test_not_yet_moved_list_is_current():
-    assert {p for p in papers_in_conf() if not _moved(p)} == NOT_YET_MOVED
+def _registration(paper: str, name: str) -> dict:
+    doc = yaml.safe_load((ROOT / "conf/experiment" / paper / f"{name}.yaml").read_text())
+    return doc.get("experiment") or {}
 
 
 def module_caches(source: str) -> list[str]:
@@ -99,26 +81,24 @@ def c(k):
     assert module_caches("X = {}\ndef f():\n    return X.get(1)\n") == []
 
 
-MOVED = [p for p in papers_in_conf() if _moved(p)]
+def test_every_paper_is_listed():
+    assert len(PAPERS) == 8, PAPERS
 
 
-@pytest.mark.parametrize("paper", MOVED)
-def test_moved_paper_keeps_no_module_cache_and_no_decorator(paper):
+@pytest.mark.parametrize("paper", PAPERS)
+def test_paper_keeps_no_module_cache(paper):
     bad = {}
-    for f in sorted((ROOT / "papers" / paper).rglob("*.py")):
-        src = f.read_text()
-        hits = module_caches(src)
-        if "@experiment(" in src:
-            hits.append("@experiment decorator")
+    for f in sorted((ROOT / "mlsys_repro" / "papers" / paper).rglob("*.py")):
+        hits = module_caches(f.read_text())
         if hits:
             bad[str(f.relative_to(ROOT))] = hits
     assert not bad, bad
 
 
-@pytest.mark.parametrize("paper", MOVED)
-def test_moved_paper_fn_points_at_its_own_package(paper):
+@pytest.mark.parametrize("paper", PAPERS)
+def test_every_experiment_names_its_function_in_its_own_package(paper):
     for name in experiments_of(paper):
-        doc = yaml.safe_load((ROOT / "conf/experiment" / paper / f"{name}.yaml").read_text())
-        fn = doc["experiment"]["fn"]
-        assert fn.startswith(f"papers.{paper}."), fn
+        fn = _registration(paper, name).get("fn")
+        assert fn, f"conf/experiment/{paper}/{name}.yaml names no fn"
+        assert fn.startswith(f"mlsys_repro.papers.{paper}."), fn
         assert Path(ROOT, *fn.split(":")[0].split(".")).with_suffix(".py").is_file(), fn

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from common.repro.cli import COMMANDS, main
+from mlsys_repro.common.repro.cli import COMMANDS, main
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPERS = sorted(p.stem for p in (ROOT / "conf/paper").glob("*.yaml"))
@@ -53,26 +53,26 @@ def test_wheel_carries_conf_data_and_claims(installed):
     whl, _ = installed
     names = set(zipfile.ZipFile(whl).namelist())
     for key in PAPERS:
-        assert f"papers/{key}/claims.yaml" in names
-        assert f"common/repro/_bundled/conf/paper/{key}.yaml" in names
-    assert "common/repro/_bundled/conf/config.yaml" in names
-    assert any(n.startswith("common/repro/_bundled/data/coflow/") for n in names)
+        assert f"mlsys_repro/papers/{key}/claims.yaml" in names
+        assert f"mlsys_repro/common/repro/_bundled/conf/paper/{key}.yaml" in names
+    assert "mlsys_repro/common/repro/_bundled/conf/config.yaml" in names
+    assert any(n.startswith("mlsys_repro/common/repro/_bundled/data/coflow/") for n in names)
     assert not any("__pycache__" in n for n in names)
     entry = zipfile.ZipFile(whl).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "mlsys-repro = common.repro.cli:main" in entry
+    assert "mlsys-repro = mlsys_repro.common.repro.cli:main" in entry
 
 
 def test_installed_command_lists_every_experiment_from_any_directory(installed, tmp_path):
     _, site = installed
-    probe = _run_installed(site, tmp_path, "-c", "import common.repro.schema as s; "
+    probe = _run_installed(site, tmp_path, "-c", "import mlsys_repro.common.repro.schema as s; "
                            "print(s.__file__, s.installed(), s.asset_root(), s.work_root(), sep='|')")
     path, flag, assets, work = probe.stdout.strip().split("|")
     assert Path(path).is_relative_to(site) and flag == "True"  # the wheel's copy, not this checkout
-    assert Path(assets) == site / "common/repro/_bundled" and Path(work) == tmp_path
+    assert Path(assets) == site / "mlsys_repro/common/repro/_bundled" and Path(work) == tmp_path
     expected = {f"{p.parent.name}/{p.stem}" for p in (ROOT / "conf/experiment").glob("*/*.yaml")}
     script = site / "bin" / "mlsys-repro"  # the console script pip generated from the wheel's entry point
     assert script.is_file()
-    for cmd in (["-m", "common.repro.cli", "run", "--list"], [str(script), "run", "--list"]):
+    for cmd in (["-m", "mlsys_repro.common.repro.cli", "run", "--list"], [str(script), "run", "--list"]):
         out = _run_installed(site, tmp_path, *cmd)
         assert out.returncode == 0, out.stderr
         listed = {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
@@ -93,7 +93,7 @@ def test_no_command_prints_usage_and_exits_2(capsys):
 
 def test_status_subcommand_is_run_status(monkeypatch):
     seen = []
-    import common.repro.run_all as run_all
+    import mlsys_repro.common.repro.run_all as run_all
 
     monkeypatch.setattr(run_all, "main", lambda argv: seen.append(argv) or 7)
     assert main(["status", "swallow"]) == 7 and seen == [["--status", "swallow"]]
@@ -121,7 +121,7 @@ def test_lock_file_pins_what_is_installed():
 def test_output_cut_short_by_a_pipe_is_quiet():
     """``mlsys-repro run --list | head -1``: the reader leaves early; no BrokenPipeError traceback."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.Popen([sys.executable, "-m", "common.repro.cli", "run", "--list"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "mlsys_repro.common.repro.cli", "run", "--list"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert "/" in proc.stdout.readline()
     proc.stdout.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from common.repro.checkpoint import Checkpointer
+from mlsys_repro.common.repro.checkpoint import Checkpointer
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from common.repro.claims import evaluate, parse_claims
-from common.repro.site import experiment_figures, write_site
+from mlsys_repro.common.repro.claims import evaluate, parse_claims
+from mlsys_repro.common.repro.site import experiment_figures, write_site
 from tests.conftest import ROOT
 
 
@@ -44,13 +44,13 @@ def site(tmp_path):
     shutil.copy(Path(__file__).parent / "fixtures/tiny.png", res / "toy/costs_bars.png")
     # another experiment whose name extends "costs": its figure is not one of costs' figures
     shutil.copy(Path(__file__).parent / "fixtures/tiny.png", res / "toy/costs_more_bars.png")
-    (tmp_path / "papers/toy").mkdir(parents=True)
-    (tmp_path / "papers/toy/README.md").write_text("# toy\n")
+    (tmp_path / "mlsys_repro/papers/toy").mkdir(parents=True)
+    (tmp_path / "mlsys_repro/papers/toy/README.md").write_text("# toy\n")
     (res / "toy/costs.manifest.json").write_text(json.dumps(
         {"git_sha": "abc123", "profile": "default", "seeds": [0, 1, 2], "code_hash": "c0de", "config_hash": "cf",
          "finished_utc": "2026-12-03T00:00:00Z", "wall_s": 12.0, "rows": 6}))
     fresh = {"toy": {"costs": "fresh", "costs_more": "missing", "other": "missing"}}
-    return write_site(res, _verdicts(), fresh, {"toy": "Toy paper"}, papers_dir=tmp_path / "papers")
+    return write_site(res, _verdicts(), fresh, {"toy": "Toy paper"}, papers_dir=tmp_path / "mlsys_repro" / "papers")
 
 
 class _Links(HTMLParser):
@@ -75,7 +75,7 @@ def test_page_lists_every_claim_and_every_link_resolves(site):
     assert "./reproduce.sh toy --only costs --force" in text and "abc123" in text and "no result file" in text
     assert text.count('src="toy/costs_more_bars.png"') == 1  # under costs_more only, not under costs too
     assert text.index('id="toy-costs_more"') < text.index('src="toy/costs_more_bars.png"')
-    assert 'href="../papers/toy/README.md"' in text
+    assert 'href="../mlsys_repro/papers/toy/README.md"' in text
     p = _Links()
     p.feed(text)
     for ref in p.refs:
@@ -200,9 +200,10 @@ def test_committed_page_in_a_real_browser():
 
 
 def test_report_module_regenerates_the_page_without_running(toy_conf, tmp_path, monkeypatch, capsys):
-    """``python -m common.repro.report`` (and ``mlsys-repro report``) rebuilds index.html from stored results."""
-    from common.repro.cli import main as cli_main
-    from common.repro.run_all import main as run_all
+    """``python -m mlsys_repro.common.repro.report`` (and ``mlsys-repro report``) rebuilds index.html from stored
+    results."""
+    from mlsys_repro.common.repro.cli import main as cli_main
+    from mlsys_repro.common.repro.run_all import main as run_all
 
     for paper in (toy_conf / "paper").glob("*.yaml"):  # the toy paper alone: fast
         if paper.stem != "toy":
@@ -214,8 +215,9 @@ def test_report_module_regenerates_the_page_without_running(toy_conf, tmp_path, 
                     "smoke", "--no-claims"]) == 0
     assert not (res / "index.html").exists()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "common.repro.report", "--conf-dir", str(toy_conf), "--results-dir",
-                          str(res)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "mlsys_repro.common.repro.report", "--conf-dir", str(toy_conf),
+                          "--results-dir", str(res)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert str(res / "index.html") in out.stdout
     text = (res / "index.html").read_text()

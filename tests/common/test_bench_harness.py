@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.repro import bench
+from mlsys_repro.common.repro import bench
 
 
 def test_time_it_separates_the_first_call_and_takes_min_and_median(monkeypatch):

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from common.repro.checkpoint import Checkpointer
+from mlsys_repro.common.repro.checkpoint import Checkpointer
 from tests.conftest import ROOT
 
 

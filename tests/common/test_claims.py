@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from common.repro.claims import classify, evaluate, main, paper_markdown, parse_claims, summary_markdown
-from common.repro.errors import ClaimsSchemaError
-from common.repro.stats import bonferroni_level, mean_ci
+from mlsys_repro.common.repro.claims import classify, evaluate, main, paper_markdown, parse_claims, summary_markdown
+from mlsys_repro.common.repro.errors import ClaimsSchemaError
+from mlsys_repro.common.repro.stats import bonferroni_level, mean_ci
 
 
 def frame(values: dict[str, list[float]], metric="m", **cols) -> pd.DataFrame:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from common.collectives.bcube import BCube
+from mlsys_repro.common.collectives.bcube import BCube
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,9 +62,9 @@ def test_bcube_with_k0_is_a_single_switch():
 
 SPMD_9 = """
 import jax, jax.numpy as jnp, numpy as np
-from common.collectives import bcube
+from mlsys_repro.common.collectives import bcube
 from tests.common.oracles import ring, ps
-from common.collectives.mesh import make_mesh, spmd
+from mlsys_repro.common.collectives.mesh import make_mesh, spmd
 assert jax.device_count() == 9
 n, D, piece = 9, 9 * 2 * 64, 32
 x = jax.random.normal(jax.random.key(0), (n, D)) * jnp.linspace(0.1, 3.0, n)[:, None]
@@ -115,8 +115,8 @@ def test_collectives_on_9_emulated_devices():
 
 SPMD_8 = """
 import jax, jax.numpy as jnp, numpy as np
-from common.collectives import bcube
-from common.collectives.mesh import spmd
+from mlsys_repro.common.collectives import bcube
+from mlsys_repro.common.collectives.mesh import spmd
 bc = bcube.BCube(2, 2)
 x = jax.random.normal(jax.random.key(1), (8, 3 * 8 * 16))
 exact = np.asarray(x, np.float64).sum(0)

@@ -1,7 +1,8 @@
 """The command line (#20 item 3): typos named with 'did you mean', known errors one line and exit 2 (tracebacks
 only with --debug), Ctrl-C one line and exit 130, a locked result file refused, papers after ``--only``.
 
-``run_all`` is called in-process; ``common.repro.main`` (a Hydra app) runs as a subprocess on the toy conf tree.
+``run_all`` is called in-process; ``mlsys_repro.common.repro.main`` (a Hydra app) runs as a subprocess on the toy conf
+tree.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import sys
 
 import pytest
 
-from common.repro.config import compose, unknown_experiment_message
-from common.repro.errors import ConfigError
-from common.repro.run_all import main as run_all
-from common.repro.run_all import result_lock
+from mlsys_repro.common.repro.config import compose, unknown_experiment_message
+from mlsys_repro.common.repro.errors import ConfigError
+from mlsys_repro.common.repro.run_all import main as run_all
+from mlsys_repro.common.repro.run_all import result_lock
 from tests.conftest import ROOT, interrupt_when_started
 
 # ----------------------------------------------------------------------------------------------- compose / run_all
@@ -77,7 +78,7 @@ def test_locked_result_file_refuses_a_second_writer(toy_conf, tmp_path, capsys):
 
 def _main(toy_conf, tmp_path, *args, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "TOY_SKIP_SLEEP": "1"}
-    cmd = [sys.executable, "-m", "common.repro.main", "--config-dir", str(toy_conf), *args,
+    cmd = [sys.executable, "-m", "mlsys_repro.common.repro.main", "--config-dir", str(toy_conf), *args,
            f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, **kw)
 
@@ -119,7 +120,7 @@ def test_main_sweep_runs_the_good_jobs_then_exits_2_naming_the_bad_one(toy_conf,
 def test_main_ctrl_c_stops_with_one_line(toy_conf, tmp_path):
     marker = tmp_path / "started"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "TOY_STARTED_MARKER": str(marker)}
-    cmd = [sys.executable, "-m", "common.repro.main", "--config-dir", str(toy_conf), "experiment=toy/slow",
+    cmd = [sys.executable, "-m", "mlsys_repro.common.repro.main", "--config-dir", str(toy_conf), "experiment=toy/slow",
            "profile=smoke", f"hydra.run.dir={tmp_path / 'run'}"]
     rc, out, err = interrupt_when_started(cmd, env, marker)
     assert rc == 130, out + err

@@ -1,11 +1,11 @@
-"""common.collectives.distributed: N real jax.distributed processes on loopback, results back in order."""
+"""mlsys_repro.common.collectives.distributed: N real jax.distributed processes on loopback, results back in order."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from common.collectives.distributed import DistributedError, hostname_is_loopback, launch
+from mlsys_repro.common.collectives.distributed import DistributedError, hostname_is_loopback, launch
 
 needs_loopback = pytest.mark.skipif(
     not hostname_is_loopback(),
@@ -15,7 +15,7 @@ needs_loopback = pytest.mark.skipif(
 
 @needs_loopback
 def test_two_processes_psum():
-    res = launch(2, "common.collectives.distributed:psum_check", 5, timeout_s=300)
+    res = launch(2, "mlsys_repro.common.collectives.distributed:psum_check", 5, timeout_s=300)
     assert [r["process_id"] for r in res] == [0, 1]
     for r in res:
         assert r["num_processes"] == 2
@@ -25,7 +25,7 @@ def test_two_processes_psum():
 @needs_loopback
 def test_failing_target_reports_its_output():
     with pytest.raises(DistributedError, match="No module named|ModuleNotFoundError"):
-        launch(2, "common.collectives.no_such_module:f", None, timeout_s=300)
+        launch(2, "mlsys_repro.common.collectives.no_such_module:f", None, timeout_s=300)
 
 
 def test_bad_arguments():

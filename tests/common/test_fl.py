@@ -1,4 +1,5 @@
-"""common.fl: partitions (invariants, skew, bad input), stacked vmapped clients, FedAvg, byte-exact ledger."""
+"""mlsys_repro.common.fl: partitions (invariants, skew, bad input), stacked vmapped clients, FedAvg, byte-exact
+ledger."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.fl.aggregate import fedavg
-from common.fl.clients import (
+from mlsys_repro.common.fl.aggregate import fedavg
+from mlsys_repro.common.fl.clients import (
     distill,
     evaluate,
     init_opt,
@@ -21,8 +22,8 @@ from common.fl.clients import (
     predict,
     soft_cross_entropy,
 )
-from common.fl.comm import KINDS, Ledger, bits_for, check_uint, nbytes, pack_uint, packed_size, unpack_uint
-from common.fl.partition import (
+from mlsys_repro.common.fl.comm import KINDS, Ledger, bits_for, check_uint, nbytes, pack_uint, packed_size, unpack_uint
+from mlsys_repro.common.fl.partition import (
     dirichlet_partition,
     iid_partition,
     label_histogram,

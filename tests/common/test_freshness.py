@@ -8,41 +8,45 @@ import json
 import pandas as pd
 import pytest
 
-from common.repro.freshness import code_fingerprint, manifest_path, module_closure, status, write_manifest
-from common.repro.run_all import main as run_all
+from mlsys_repro.common.repro.freshness import code_fingerprint, manifest_path, module_closure, status, write_manifest
+from mlsys_repro.common.repro.run_all import main as run_all
 from tests.conftest import write
 
 
 @pytest.fixture
 def mini_repo(tmp_path):
     r = tmp_path / "repo"
-    write(r / "common/__init__.py", "")
-    write(r / "common/maths.py", "X = 1\n")
-    write(r / "common/unused.py", "Y = 2\n")
-    write(r / "common/repro/__init__.py", "")
-    write(r / "common/repro/plots.py", "import common.maths\n")
-    write(r / "papers/__init__.py", "")
-    write(r / "papers/x/__init__.py", "")
-    write(r / "papers/x/method.py", "from common import maths\n\ndef f():\n    from . import helper\n")
-    write(r / "papers/x/helper.py", "from ..x import method\n")
-    write(r / "papers/x/experiments.py", "from common.repro.plots import *\nfrom papers.x.method import f\n")
+    write(r / "mlsys_repro/common/__init__.py", "")
+    write(r / "mlsys_repro/common/maths.py", "X = 1\n")
+    write(r / "mlsys_repro/common/unused.py", "Y = 2\n")
+    write(r / "mlsys_repro/common/repro/__init__.py", "")
+    write(r / "mlsys_repro/common/repro/plots.py", "import mlsys_repro.common.maths\n")
+    write(r / "mlsys_repro/papers/__init__.py", "")
+    write(r / "mlsys_repro/papers/x/__init__.py", "")
+    write(r / "mlsys_repro/papers/x/method.py",
+          "from mlsys_repro.common import maths\n\ndef f():\n    from . import helper\n")
+    write(r / "mlsys_repro/papers/x/helper.py", "from ..x import method\n")
+    write(r / "mlsys_repro/papers/x/experiments.py",
+          "from mlsys_repro.common.repro.plots import *\nfrom mlsys_repro.papers.x.method import f\n")
     return r
 
 
 def test_closure_follows_absolute_relative_and_function_level_imports(mini_repo):
-    files = {str(p.relative_to(mini_repo)) for p in module_closure(mini_repo, ["papers.x.experiments"])}
-    assert files == {"common/__init__.py", "common/maths.py", "papers/__init__.py", "papers/x/__init__.py",
-                     "papers/x/experiments.py", "papers/x/method.py", "papers/x/helper.py"}
+    files = {str(p.relative_to(mini_repo)) for p in module_closure(mini_repo, ["mlsys_repro.papers.x.experiments"])}
+    assert files == {"mlsys_repro/common/__init__.py", "mlsys_repro/common/maths.py", "mlsys_repro/papers/__init__.py",
+                     "mlsys_repro/papers/x/__init__.py", "mlsys_repro/papers/x/experiments.py",
+                     "mlsys_repro/papers/x/method.py", "mlsys_repro/papers/x/helper.py"}
 
 
 def test_fingerprint_changes_with_imported_code_only(mini_repo):
-    fp, n = code_fingerprint(mini_repo, "papers.x")
+    fp, n = code_fingerprint(mini_repo, "mlsys_repro.papers.x")
     assert n == 7
-    (mini_repo / "common/unused.py").write_text("Y = 3\n")  # not imported by the paper
-    (mini_repo / "common/repro/plots.py").write_text("import common.maths  # reporting only\n")  # excluded
-    assert code_fingerprint(mini_repo, "papers.x")[0] == fp
-    (mini_repo / "common/maths.py").write_text("X = 2\n")  # the method's dependency
-    assert code_fingerprint(mini_repo, "papers.x")[0] != fp
+    (mini_repo / "mlsys_repro/common/unused.py").write_text("Y = 3\n")  # not imported by the paper
+    # excluded
+    (mini_repo / "mlsys_repro/common/repro/plots.py").write_text("import mlsys_repro.common.maths  # reporting only\n")
+    assert code_fingerprint(mini_repo, "mlsys_repro.papers.x")[0] == fp
+    (mini_repo / "mlsys_repro/common/maths.py").write_text("X = 2\n")  # the method's dependency
+    assert code_fingerprint(mini_repo, "mlsys_repro.papers.x")[0] != fp
 
 
 def _result(path, *, chash="h1", sha="abc123", profile="default", values=(1.0, 2.0, 3.0)):

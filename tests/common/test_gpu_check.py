@@ -6,7 +6,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from common.repro.config import experiments_of, papers_in_conf
+from mlsys_repro.common.repro.config import experiments_of, papers_in_conf
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.sh"
 

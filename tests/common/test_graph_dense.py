@@ -1,4 +1,4 @@
-"""common.graph: dense graph operators, diffusion convolution, DCGRU cell and the DCRNN seq2seq."""
+"""mlsys_repro.common.graph: dense graph operators, diffusion convolution, DCGRU cell and the DCRNN seq2seq."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.graph.dcrnn import DCRNN, DCGRUCell, DiffusionConv, inverse_sigmoid_decay
-from common.graph.dense import (
+from mlsys_repro.common.graph.dcrnn import DCRNN, DCGRUCell, DiffusionConv, inverse_sigmoid_decay
+from mlsys_repro.common.graph.dense import (
     adaptive_adjacency,
     correlation_adjacency,
     correlation_distance,

@@ -12,14 +12,14 @@ import submitit
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from common.repro.config import CONF_DIR, register_paper_schemas
+from mlsys_repro.common.repro.config import CONF_DIR, register_paper_schemas
 from tests.conftest import ROOT
 
 
 def test_joblib_sweep_two_jobs_writes_results(toy_conf, tmp_path):
     res = tmp_path / "results"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
-    cmd = [sys.executable, "-m", "common.repro.main", "--config-dir", str(toy_conf), "-m",
+    cmd = [sys.executable, "-m", "mlsys_repro.common.repro.main", "--config-dir", str(toy_conf), "-m",
            "experiment=toy/costs", "policy=toy/fast,toy/slow", "profile=smoke", "hydra/launcher=joblib",
            "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / 'sweep'}", f"paths.results_dir={res}"]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -51,7 +51,7 @@ def test_slurm_array_config_generates_sbatch(tmp_path, monkeypatch):
     ex = submitit.AutoExecutor(folder=launcher["submitit_folder"], cluster="slurm")
     ex.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in launcher.items()
                             if k not in ("_target_", "submitit_folder", "max_num_timeout")})
-    text = ex._executor._make_submission_file_text("python -m common.repro.main", "uid")
+    text = ex._executor._make_submission_file_text("python -m mlsys_repro.common.repro.main", "uid")
     for line in ("#SBATCH --partition=gpu", "#SBATCH --cpus-per-task=8", "#SBATCH --gpus-per-node=1",
                  "#SBATCH --time=240", "#SBATCH --mem=64GB", "#SBATCH --job-name=repro",
                  "export XLA_PYTHON_CLIENT_PREALLOCATE=false"):
@@ -62,11 +62,13 @@ def test_sweep_over_experiments_writes_results_tree(toy_conf, tmp_path):
     """The SLURM-array command line, run with the basic launcher: one job per experiment, into results/."""
     res = tmp_path / "results"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "TOY_SKIP_SLEEP": "1"}
-    sweep = subprocess.run([sys.executable, "-m", "common.repro.run_all", "toy", "--sweep-arg", "--conf-dir",
-                            str(toy_conf)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    sweep = subprocess.run([sys.executable, "-m", "mlsys_repro.common.repro.run_all", "toy", "--sweep-arg",
+                            "--conf-dir", str(toy_conf)], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=300)
     assert sweep.stdout.strip() == "experiment=toy/costs,toy/slow", sweep.stdout + sweep.stderr
-    cmd = [sys.executable, "-m", "common.repro.main", "--config-dir", str(toy_conf), "-m", sweep.stdout.strip(),
-           "profile=smoke", "output=results", f"paths.results_dir={res}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    cmd = [sys.executable, "-m", "mlsys_repro.common.repro.main", "--config-dir", str(toy_conf), "-m",
+           sweep.stdout.strip(), "profile=smoke", "output=results", f"paths.results_dir={res}",
+           f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert sorted(p.name for p in (res / "toy").glob("*.csv")) == ["costs.csv", "slow.csv"]
@@ -75,7 +77,7 @@ def test_sweep_over_experiments_writes_results_tree(toy_conf, tmp_path):
 
 
 def _main_cmd(toy_conf, *args):
-    return [sys.executable, "-m", "common.repro.main", "--config-dir", str(toy_conf), *args]
+    return [sys.executable, "-m", "mlsys_repro.common.repro.main", "--config-dir", str(toy_conf), *args]
 
 
 def _env():
@@ -84,7 +86,8 @@ def _env():
 
 def test_submitit_local_sweep_then_collect(toy_conf, tmp_path):
     """A 2-point sweep through the submitit local launcher (the SLURM code path, run locally), flat job folders,
-    then ``common.repro.collect`` gathers it into one table and checks the toy claim on the pooled policies."""
+    then ``mlsys_repro.common.repro.collect`` gathers it into one table and checks the toy claim on the pooled
+    policies."""
     sweep = tmp_path / "sweep"
     cmd = _main_cmd(toy_conf, "-m", "experiment=toy/costs", "policy=toy/fast,toy/slow", "profile=smoke",
                     "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}")
@@ -92,7 +95,7 @@ def test_submitit_local_sweep_then_collect(toy_conf, tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert (sweep / ".submitit").is_dir()  # really went through submitit
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")) == ["0", "1"]  # flat
-    col = subprocess.run([sys.executable, "-m", "common.repro.collect", str(sweep)], cwd=ROOT, env=_env(),
+    col = subprocess.run([sys.executable, "-m", "mlsys_repro.common.repro.collect", str(sweep)], cwd=ROOT, env=_env(),
                          capture_output=True, text=True, timeout=300)
     assert col.returncode == 0, col.stdout + col.stderr
     df = pd.read_csv(sweep / "collected.csv")
@@ -109,7 +112,7 @@ def test_joblib_sweep_over_a_setting_is_collected_but_not_pooled(toy_conf, tmp_p
                     "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}")
     out = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    col = subprocess.run([sys.executable, "-m", "common.repro.collect", str(sweep)], cwd=ROOT, env=_env(),
+    col = subprocess.run([sys.executable, "-m", "mlsys_repro.common.repro.collect", str(sweep)], cwd=ROOT, env=_env(),
                          capture_output=True, text=True, timeout=300)
     assert col.returncode == 0, col.stdout + col.stderr
     assert "claims not checked" in col.stdout
@@ -120,7 +123,7 @@ def test_joblib_sweep_over_a_setting_is_collected_but_not_pooled(toy_conf, tmp_p
 
 
 def test_collect_on_a_folder_without_jobs_exits_2(tmp_path, capsys):
-    from common.repro.collect import main as collect_main
+    from mlsys_repro.common.repro.collect import main as collect_main
 
     assert collect_main([str(tmp_path)]) == 2
     assert "no Hydra job folder" in capsys.readouterr().err
@@ -143,7 +146,7 @@ def test_single_run_uses_compile_cache_and_logs_to_hydra_file(toy_conf, tmp_path
     run_dir = tmp_path / "run"
     env = {k: v for k, v in _env().items() if k != "JAX_COMPILATION_CACHE_DIR"}
     args = ["--config-dir", str(toy_conf), "experiment=toy/costs", "profile=smoke", f"hydra.run.dir={run_dir}"]
-    probe = ("import sys, jax, common.repro.main as m\n"
+    probe = ("import sys, jax, mlsys_repro.common.repro.main as m\n"
              "orig = m.enable_compile_cache\n"
              "def spy(root):\n"
              "    orig(root)\n"

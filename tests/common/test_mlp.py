@@ -1,4 +1,5 @@
-"""common.models.mlp: layer sizes, where the activation applies, the last layer's initial scale, bad sizes."""
+"""mlsys_repro.common.models.mlp: layer sizes, where the activation applies, the last layer's initial scale, bad
+sizes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from common.models.mlp import MLP
+from mlsys_repro.common.models.mlp import MLP
 
 
 def test_layers_and_activation_placement():

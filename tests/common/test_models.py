@@ -8,8 +8,16 @@ import numpy as np
 import optax
 import pytest
 
-from common.models.data import load_image_data, normalise
-from common.models.small import MODELS, accuracy, cross_entropy, make_model, num_params, pure
+from mlsys_repro.common.models.data import load_image_data, normalise, stratified_subset
+from mlsys_repro.common.models.small import (
+    MODELS,
+    accuracy,
+    cross_entropy,
+    make_model,
+    num_params,
+    per_example_cross_entropy,
+    pure,
+)
 from tests.conftest import DATA
 
 
@@ -56,3 +64,28 @@ def test_normalise_and_stratified_subset():
     assert abs(float(normalise(np.full((1, 1), 255, np.uint8), "mnist")[0, 0]) - (1 - 0.1307) / 0.3081) < 1e-5
     d2 = load_image_data("mnist", DATA, n_train=100, n_test=50, seed=3)
     np.testing.assert_array_equal(d.y_train, d2.y_train)
+
+
+def test_stratified_subset_counts_order_and_bad_input():
+    y = np.repeat(np.arange(3), [5, 7, 9])
+    x = np.arange(y.size) * 10
+    xs, ys = stratified_subset(x, y, 8, np.random.default_rng(0), shuffle=False)
+    assert np.bincount(ys, minlength=3).tolist() == [3, 3, 2]  # n // C each, the remainder to the first classes
+    assert np.all(np.diff(xs) > 0) and np.array_equal(xs // 10, np.sort(xs // 10))  # original order kept
+    np.testing.assert_array_equal(y[xs // 10], ys)
+    xr, yr = stratified_subset(x, y, 8, np.random.default_rng(0))  # same draw, random order
+    np.testing.assert_array_equal(np.sort(xr), xs)
+    assert len(np.unique(xr)) == 8  # without replacement
+    for n in (None, 21, 50):
+        xa, ya = stratified_subset(x, y, n, np.random.default_rng(0))
+        assert xa is x and ya is y
+    with pytest.raises(ValueError, match="n must be >= 0"):
+        stratified_subset(x, y, -1, np.random.default_rng(0))
+
+
+def test_cross_entropy_known_values():
+    logits = jnp.array([[0.0, 0.0], [np.log(3.0), 0.0]])
+    labels = jnp.array([1, 0])
+    per = per_example_cross_entropy(logits, labels)
+    np.testing.assert_allclose(per, [np.log(2.0), np.log(4.0 / 3.0)], rtol=1e-6)
+    np.testing.assert_allclose(cross_entropy(logits, labels), per.mean(), rtol=1e-7)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.sim.netsim import EventLoop, Network, channel_overlaps, gbps_to_bytes_per_s
+from mlsys_repro.common.sim.netsim import EventLoop, Network, channel_overlaps, gbps_to_bytes_per_s
 
 
 def test_event_loop_orders_by_time_then_schedule_order():

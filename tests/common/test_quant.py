@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.quant import sketch
-from common.quant.pieces import from_pieces, num_pieces, piece_lengths, to_pieces
+from mlsys_repro.common.quant import sketch
+from mlsys_repro.common.quant.pieces import from_pieces, num_pieces, piece_lengths, to_pieces
 
 # ------------------------------------------------------------------------------------------------ pieces
 

@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from common.repro import config as config_mod
-from common.repro.cache import RunCache, cache_key
-from common.repro.config import ConfigError, compose_run
-from common.repro.run_all import run_experiment
+from mlsys_repro.common.repro import config as config_mod
+from mlsys_repro.common.repro.cache import RunCache, cache_key
+from mlsys_repro.common.repro.config import ConfigError, compose_run
+from mlsys_repro.common.repro.run_all import run_experiment
 from tests.conftest import write
 
 TOY = "tests.fixtures.toy_paper.experiments"
@@ -40,7 +40,7 @@ def test_fn_in_yaml_names_the_function_and_its_params(toy_conf):
 
 
 @pytest.mark.parametrize("extra, needle", [
-    ("  fn: common.repro.cache:cache_key\n", "outside the paper's package"),       # fingerprint would miss it
+    ("  fn: mlsys_repro.common.repro.cache:cache_key\n", "outside the paper's package"),  # fingerprint would miss it
     (f"  fn: {TOY}:cots\n", "did you mean 'costs'"),                                # typo in the name
     ("  fn: tests.fixtures.toy_paper.nope:costs\n", "cannot import"),              # typo in the module
     (f"  fn: {TOY}.costs\n", "package.module:name"),                                # no colon
@@ -55,14 +55,13 @@ def test_bad_registration_is_a_clear_error_at_compose(toy_conf, extra, needle):
         compose_run(["experiment=toy/reg"], conf_dir=toy_conf)
 
 
-def test_an_unset_fn_hashes_as_if_the_key_did_not_exist(toy_conf):
-    """Declaring ``fn``/``params_class`` in the schema must not change the stored hash of an experiment that sets
-    neither (papers still on the decorator keep their fresh results); setting one is a new config."""
-    spec = compose_run(["experiment=toy/slow"], conf_dir=toy_conf)
-    text = config_mod.resolved_for_hash(spec.cfg, spec.policies, spec.experiment)
-    assert "fn:" not in text and "params_class" not in text
+def test_fn_and_params_class_enter_the_config_hash(toy_conf):
+    """The registration is part of the configuration: pointing ``fn`` elsewhere is a new config."""
     costs = compose_run(["experiment=toy/costs"], conf_dir=toy_conf)
-    assert f"fn: {TOY}:costs" in config_mod.resolved_for_hash(costs.cfg, costs.policies, costs.experiment)
+    text = config_mod.resolved_for_hash(costs.cfg, costs.policies, costs.experiment)
+    assert f"fn: {TOY}:costs" in text and f"params_class: {TOY}:ToyParams" in text
+    slow = compose_run(["experiment=toy/slow"], conf_dir=toy_conf)
+    assert f"fn: {TOY}:slow" in config_mod.resolved_for_hash(slow.cfg, slow.policies, slow.experiment)
 
 
 def test_one_experiment_composes_once_and_merges_its_node_once(toy_conf, tmp_path, monkeypatch):
@@ -152,7 +151,7 @@ def test_run_cache_builds_once_per_kind_and_config():
 
 def test_run_all_shares_one_cache_across_the_experiments_of_a_run(toy_conf, tmp_path, monkeypatch):
     """Every experiment of one run_all process gets the same RunCache."""
-    from common.repro import run_all
+    from mlsys_repro.common.repro import run_all
 
     seen = []
     orig = run_all.build_context
@@ -185,8 +184,9 @@ def test_composing_one_papers_experiment_imports_no_other_paper():
 
     from tests.conftest import ROOT
 
-    code = ("import sys; from common.repro.config import compose_run; compose_run(['experiment=swallow/headline']);"
-            "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('papers.')}))")
+    code = ("import sys; from mlsys_repro.common.repro.config import compose_run; "
+            "compose_run(['experiment=swallow/headline']);print(sorted({m.split('.')[2] for m in sys.modules if "
+            "m.startswith('mlsys_repro.papers.')}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
                          env={**__import__("os").environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr

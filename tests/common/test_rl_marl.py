@@ -1,4 +1,5 @@
-"""common.rl.marl: the JaxMARL-style contract (per-agent dicts, dones['__all__'], auto-reset) on a toy env."""
+"""mlsys_repro.common.rl.marl: the JaxMARL-style contract (per-agent dicts, dones['__all__'], auto-reset) on a toy
+env."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from common.rl.marl import MultiAgentEnv, stack_agents, unstack_agents
+from mlsys_repro.common.rl.marl import MultiAgentEnv, stack_agents, unstack_agents
 
 
 class Counter(MultiAgentEnv):

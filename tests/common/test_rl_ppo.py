@@ -1,4 +1,4 @@
-"""common.rl.ppo: GAE vs a plain-Python reference, surrogate/value/entropy known answers, minibatching."""
+"""mlsys_repro.common.rl.ppo: GAE vs a plain-Python reference, surrogate/value/entropy known answers, minibatching."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.rl import ppo
+from mlsys_repro.common.rl import ppo
 
 
 def gae_reference(r, v, d, last_v, gamma, lam, disc=None):

@@ -11,10 +11,10 @@ import time
 import pandas as pd
 import pytest
 
-from common.repro.config import build_context, compose, compose_run
-from common.repro.errors import ConfigError, ResultSchemaError
-from common.repro.results import PROVENANCE_COLUMNS, RESULT_COLUMNS, metric_rows, to_frame
-from common.repro.run_all import main as run_all
+from mlsys_repro.common.repro.config import build_context, compose, compose_run
+from mlsys_repro.common.repro.errors import ConfigError, ResultSchemaError
+from mlsys_repro.common.repro.results import PROVENANCE_COLUMNS, RESULT_COLUMNS, metric_rows, to_frame
+from mlsys_repro.common.repro.run_all import main as run_all
 from tests.conftest import ROOT, interrupt_when_started, write
 
 
@@ -73,7 +73,8 @@ def test_unregistered_experiment_is_a_clear_error(toy_conf):
           name: ghost
           paper: toy
     """)
-    with pytest.raises(ConfigError, match="no experiment function registered for toy/ghost"):
+    with pytest.raises(ConfigError, match=r"toy/ghost: its YAML must name its function, "
+                                          r"fn: tests.fixtures.toy_paper.experiments:<function>"):
         compose(["experiment=toy/ghost"], conf_dir=toy_conf)
 
 
@@ -122,7 +123,7 @@ def test_kill_midway_then_rerun_loses_nothing(toy_conf, tmp_path):
     res = tmp_path / "results"
     marker = tmp_path / "started"
     env = {**os.environ, "TOY_STARTED_MARKER": str(marker), "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "common.repro.run_all", "toy", "--profile", "smoke", "--no-claims",
+    cmd = [sys.executable, "-m", "mlsys_repro.common.repro.run_all", "toy", "--profile", "smoke", "--no-claims",
            "--conf-dir", str(toy_conf), "--results-dir", str(res)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
@@ -156,8 +157,8 @@ def test_command_line_beats_the_profile(toy_conf):
 
 
 def test_second_concurrent_writer_is_refused(tmp_path):
-    from common.repro.errors import RunLockedError
-    from common.repro.run_all import result_lock
+    from mlsys_repro.common.repro.errors import RunLockedError
+    from mlsys_repro.common.repro.run_all import result_lock
 
     target = tmp_path / "p/e.csv"
     with result_lock(target):
@@ -186,7 +187,7 @@ def test_results_are_world_readable(toy_conf, tmp_path):
 def test_ctrl_c_stops_with_one_clear_line(toy_conf, tmp_path):
     res, marker = tmp_path / "results", tmp_path / "started"
     env = {**os.environ, "TOY_STARTED_MARKER": str(marker), "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "common.repro.run_all", "toy", "--profile", "smoke", "--no-claims",
+    cmd = [sys.executable, "-m", "mlsys_repro.common.repro.run_all", "toy", "--profile", "smoke", "--no-claims",
            "--conf-dir", str(toy_conf), "--results-dir", str(res)]
     rc, out, err = interrupt_when_started(cmd, env, marker)
     assert rc == 130
@@ -199,7 +200,7 @@ def test_ctrl_c_stops_with_one_clear_line(toy_conf, tmp_path):
 def test_figures_say_profile_seeds_and_ci_and_whiskers_stay_non_negative(toy_conf, tmp_path):
     import matplotlib.pyplot as plt
 
-    from common.repro.plots import CI_NOTE, bars_with_ci, figure
+    from mlsys_repro.common.repro.plots import CI_NOTE, bars_with_ci, figure
 
     df = pd.DataFrame({"policy": ["a"] * 3 + ["b"] * 3, "metric": "t", "value": [0.1, 0.0, 3.0, 5.0, 5.1, 4.9]})
     fig, ax = figure()
@@ -243,7 +244,7 @@ def test_every_figure_gets_the_one_house_style():
     import matplotlib
     import matplotlib.pyplot as plt
 
-    from common.repro.plots import STYLE, figure
+    from mlsys_repro.common.repro.plots import STYLE, figure
 
     plt.rcdefaults()
     fig, ax = figure()
@@ -261,7 +262,7 @@ def test_grouped_bars_and_bands_stop_at_a_physical_zero():
     import matplotlib.pyplot as plt
     from matplotlib.container import BarContainer, ErrorbarContainer
 
-    from common.repro.plots import bars_with_ci, figure, lines_with_ci
+    from mlsys_repro.common.repro.plots import bars_with_ci, figure, lines_with_ci
 
     acc = [0.0, 0.0, 0.5, 0.9, 0.8, 0.85]  # attack accuracy: mean 0.17, CI far below 0
     df = pd.DataFrame({"policy": ["m1"] * 6 + ["m2"] * 6, "attacker": (["init"] * 3 + ["zo"] * 3) * 2,
@@ -290,7 +291,7 @@ def test_release_compiled_drops_executables():
     import jax
     import jax.numpy as jnp
 
-    from common.repro.run_all import release_compiled
+    from mlsys_repro.common.repro.run_all import release_compiled
 
     f = jax.jit(lambda x: x * 2 + 1)
     f(jnp.ones(3))
@@ -301,7 +302,7 @@ def test_release_compiled_drops_executables():
 
 
 def test_run_all_releases_compiled_code_before_every_experiment(toy_conf, tmp_path, monkeypatch):
-    import common.repro.run_all as ra
+    import mlsys_repro.common.repro.run_all as ra
 
     calls = []
     monkeypatch.setattr(ra, "release_compiled", lambda: calls.append(1))

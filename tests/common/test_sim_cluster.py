@@ -1,4 +1,5 @@
-"""common.sim.cluster: placement known answers, capacity invariants, speed interpolation, whole simulations."""
+"""mlsys_repro.common.sim.cluster: placement known answers, capacity invariants, speed interpolation, whole
+simulations."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.sim import cluster as C
+from mlsys_repro.common.sim import cluster as C
 
 CPU_LEVELS = [1.0, 3.0, 6.0]
 MEM_LEVELS = [20.0, 62.5, 125.0]

@@ -7,7 +7,7 @@ import gzip
 import numpy as np
 import pytest
 
-from common.traces import (
+from mlsys_repro.common.traces import (
     TraceFormatError,
     load_cifar10_jpeg,
     load_coflow_trace,
@@ -17,7 +17,7 @@ from common.traces import (
     parse_idx,
     parse_workload_csv,
 )
-from common.traces.images import fashion_mnist_dir, load_fashion_mnist
+from mlsys_repro.common.traces.images import fashion_mnist_dir, load_fashion_mnist
 from tests.conftest import DATA
 
 FB = DATA / "coflow/FB2010-1Hr-150-0.txt.gz"

@@ -1,5 +1,5 @@
-"""common.traces.gpu: the shipped GPU traces match their READMEs; malformed rows fail with file/line/field; invalid
-jobs are counted filters (or errors with strict=True)."""
+"""mlsys_repro.common.traces.gpu: the shipped GPU traces match their READMEs; malformed rows fail with file/line/field;
+invalid jobs are counted filters (or errors with strict=True)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from common.traces import TraceFormatError, load_trace
-from common.traces import gpu as G
+from mlsys_repro.common.traces import TraceFormatError, load_trace
+from mlsys_repro.common.traces import gpu as G
 from tests.conftest import DATA
 
 D = DATA / "gpu_traces"

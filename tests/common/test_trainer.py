@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.repro.checkpoint import Checkpointer
-from common.repro.trainer import compile_trainer, curve_rows, num_chunks
+from mlsys_repro.common.repro.checkpoint import Checkpointer
+from mlsys_repro.common.repro.trainer import compile_trainer, curve_rows, num_chunks
 from tests.fixtures.dying_checkpointer import DiesAfterFirstSave, Killed
 
 X = jnp.linspace(-1.0, 1.0, 32)

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from common.quant import sketch
+from mlsys_repro.common.quant import sketch
 
 
 def _chunks(x: jax.Array, n: int) -> jax.Array:

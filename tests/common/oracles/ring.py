@@ -6,8 +6,8 @@ to device ``i + 1``, which adds it to its own copy; afterwards device ``i`` hold
 ``(i + 1) mod n``. All-gather circulates the finished chunks for another ``n - 1`` steps. Each device sends
 ``2 (n - 1) / n`` of the vector in total, the bandwidth-optimal all-reduce (Patarasuk & Yuan 2009; Horovod, NCCL).
 
-The ``*_sketch`` variants move 8-bit codes (:mod:`common.quant.sketch`): every hop of the reduce-scatter sends
-the sketch of a partial sum (uint8 codes plus float32 ``lo``/``scale``), the receiver decodes and adds; the
+The ``*_sketch`` variants move 8-bit codes (:mod:`mlsys_repro.common.quant.sketch`): every hop of the reduce-scatter
+sends the sketch of a partial sum (uint8 codes plus float32 ``lo``/``scale``), the receiver decodes and adds; the
 finished chunk is sketched once by its owner and the codes are forwarded unchanged in the all-gather. They
 return ``(result, bound)``: ``bound`` (per element) bounds ``|result - exact sum|``, accumulated from the
 ``scale / 2`` of every quantisation that chunk went through (so tests check the result against it exactly).
@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from common.quant import sketch
+from mlsys_repro.common.quant import sketch
 
 
 def pad_to(x: jax.Array, multiple: int) -> jax.Array:

@@ -1,12 +1,12 @@
 """The real-engine path: Canary's synchronous gradient-exchange step across ``jax.distributed`` processes.
 
-``canary_step_worker`` is a :func:`common.collectives.distributed.launch` target; process ``i`` is worker ``i``.
-Per step every process
+``canary_step_worker`` is a :func:`mlsys_repro.common.collectives.distributed.launch` target; process ``i`` is worker
+``i``. Per step every process
 
 1. computes the real gradient of the MLP's cross-entropy on its own shard of MNIST (mini-batch ``t`` of shard
    ``i``; shards and batches follow :func:`shard_batch`, the same for every process);
-2. encodes it with the 8-bit per-piece sketch (:func:`common.quant.sketch.quantize_checked`: uint8 codes plus a
-   float32 ``lo`` and ``scale`` per piece; NaN/Inf gradients raise instead of being encoded);
+2. encodes it with the 8-bit per-piece sketch (:func:`mlsys_repro.common.quant.sketch.quantize_checked`: uint8 codes
+   plus a float32 ``lo`` and ``scale`` per piece; NaN/Inf gradients raise instead of being encoded);
 3. exchanges the sketches: each process writes its codes and metadata into its own slot of an ``[N, ...]`` array
    that is otherwise zero and ``psum``-s it over all processes, which is an exact all-gather (every slot holds
    one process's values plus zeros), so what crosses the processes is each worker's sketch, not its fp32
@@ -16,7 +16,7 @@ Per step every process
 
 This is the synchronous (staleness 0) form of Canary's exchange in which every process is a piece owner for all
 pieces (two processes: BCube's tree degenerates to one exchange between the two); the asynchronous, multi-NIC
-schedule is what the discrete-event model (:mod:`papers.canary.protocols`) times.
+schedule is what the discrete-event model (:mod:`mlsys_repro.papers.canary.protocols`) times.
 
 :func:`simulated_step` runs the same steps in one process (the same jitted gradient and sketch kernels, the same
 order of summation), so the parameters of every process must equal it bit for bit.
@@ -55,8 +55,8 @@ def _task(job: StepJob):
     import jax
     from jax.flatten_util import ravel_pytree
 
-    from common.models.data import load_image_data
-    from common.models.small import cross_entropy, make_model, pure
+    from mlsys_repro.common.models.data import load_image_data
+    from mlsys_repro.common.models.small import cross_entropy, make_model, pure
 
     data = load_image_data("mnist", job.data_dir, n_train=job.n_train, n_test=10, seed=job.seed)
     apply, params = pure(make_model("mlp", data.in_shape, data.num_classes, seed=job.seed, hidden=job.hidden))
@@ -80,7 +80,7 @@ def shard_batch(job: StepJob, num_workers: int, worker: int, step: int) -> np.nd
 
 def local_sketch(job: StepJob, theta: np.ndarray, num_workers: int, worker: int, step: int):
     """Worker ``worker``'s sketched gradient at ``theta`` as host arrays ``(codes uint8 [P, L], lo [P], scale [P])``."""
-    from common.quant.sketch import quantize_checked
+    from mlsys_repro.common.quant.sketch import quantize_checked
 
     grad_fn, _, x, y = _task(job)
     idx = shard_batch(job, num_workers, worker, step)
@@ -91,7 +91,7 @@ def local_sketch(job: StepJob, theta: np.ndarray, num_workers: int, worker: int,
 
 def decode_sum(codes: np.ndarray, lo: np.ndarray, scale: np.ndarray, n: int) -> np.ndarray:
     """Sum over workers (in worker order) of the decoded sketches ``codes [N, P, L]``, ``lo/scale [N, P]``."""
-    from common.quant.sketch import Sketch, dequantize
+    from mlsys_repro.common.quant.sketch import Sketch, dequantize
 
     total = np.zeros(n, np.float32)
     for w in range(codes.shape[0]):
@@ -118,7 +118,8 @@ def canary_step_worker(ctx, job: StepJob) -> dict[str, Any]:
         all_codes = ctx.psum(slot_codes)
         all_meta = ctx.psum(slot_meta)
         theta = apply_update(theta, decode_sum(all_codes, all_meta[:, 0], all_meta[:, 1], theta.size), job.lr, n_w)
-        sent += theta.size + 8 * lo.size  # this worker's sketch on the wire (common.quant.sketch.wire_bytes)
+        # this worker's sketch on the wire (mlsys_repro.common.quant.sketch.wire_bytes)
+        sent += theta.size + 8 * lo.size
     return {"process_id": me, "params": theta, "theta0": theta0, "sketch_bytes_sent": sent}
 
 

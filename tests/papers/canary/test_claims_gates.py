@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from common.repro.claims import evaluate, load_claims
-from papers.canary.experiments import plateaued, tta_metrics
+from mlsys_repro.common.repro.claims import evaluate, load_claims
+from mlsys_repro.papers.canary.experiments import plateaued, tta_metrics
 
-CLAIMS = Path(__file__).resolve().parents[3] / "papers" / "canary" / "claims.yaml"
+CLAIMS = Path(__file__).resolve().parents[3] / "mlsys_repro" / "papers" / "canary" / "claims.yaml"
 
 
 def _claims():
@@ -47,8 +47,8 @@ def test_every_time_to_target_comparison_carries_the_gate():
 
 
 def test_tta_metrics_write_the_gate_per_run():
-    from papers.canary.experiments import PolicyRun
-    from papers.canary.protocols import Schedule
+    from mlsys_repro.papers.canary.experiments import PolicyRun
+    from mlsys_repro.papers.canary.protocols import Schedule
 
     T = 20
     sched = Schedule("bml", 9, T, np.tile(np.arange(T + 1) * 0.5, (9, 1)), np.zeros((9, T)), 1e6, 10.0)

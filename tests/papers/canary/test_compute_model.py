@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common.models.small import make_model, pure
-from papers.canary.compute_model import ComputeModel, Layer, make_layout, profile_layers
-from papers.canary.data import layout_for_shape
-from papers.canary.protocols import payload_bytes, sketch_bytes
+from mlsys_repro.common.models.small import make_model, pure
+from mlsys_repro.papers.canary.compute_model import ComputeModel, Layer, make_layout, profile_layers
+from mlsys_repro.papers.canary.data import layout_for_shape
+from mlsys_repro.papers.canary.protocols import payload_bytes, sketch_bytes
 
 
 def test_mlp_and_lenet_flops_known_answers():

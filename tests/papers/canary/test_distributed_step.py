@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common.collectives.distributed import hostname_is_loopback, launch
-from common.quant.sketch import NonFiniteGradientError, wire_bytes
+from mlsys_repro.common.collectives.distributed import hostname_is_loopback, launch
+from mlsys_repro.common.quant.sketch import NonFiniteGradientError, wire_bytes
 from tests.conftest import DATA
 from tests.papers.canary.distributed_step import StepJob, _task, decode_sum, local_sketch, shard_batch, simulated_step
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from papers.canary.gei import GEIError, GradientExchangeIndex
+from mlsys_repro.papers.canary.gei import GEIError, GradientExchangeIndex
 
 
 def _complete(g: GradientExchangeIndex, t: int, q: int) -> None:

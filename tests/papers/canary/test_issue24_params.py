@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common.timing import comm_compute_ratio, effective_flops_per_s, resnet50
-from papers.canary.experiments import exchange_for, ratio_gbps
-from papers.canary.protocols import Schedule
-from papers.canary.schemas import AccuracyCostParams, BCubeCluster, CommRatioParams, ExchangePolicy
+from mlsys_repro.common.timing import comm_compute_ratio, effective_flops_per_s, resnet50
+from mlsys_repro.papers.canary.experiments import exchange_for, ratio_gbps
+from mlsys_repro.papers.canary.protocols import Schedule
+from mlsys_repro.papers.canary.schemas import AccuracyCostParams, BCubeCluster, CommRatioParams, ExchangePolicy
 
 
 def test_ratio_sets_the_nic_rate():

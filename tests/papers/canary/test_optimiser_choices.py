@@ -4,11 +4,11 @@ The sweep is deterministic given its config and the code (tuning seeds disjoint 
 config that equals the committed sweep's choice is what a rerun of the sweep would choose; a mismatch means a
 policy was reported at a setting its own tuning did not pick (the 2026-12-04 regeneration found four).
 
-The sweep chooses per (policy, NIC rate) at the rates it runs (1, 10 and 25 Gbps on 9 servers): an experiment that
+The sweeps choose per (policy, cluster size, NIC rate) at the rates they run (1, 10 and 25 Gbps): ``optimiser_sweep``
+on 9 servers for the 9-server experiments, ``optimiser_sweep27`` on 27 servers for ``tta_bcube27``. An experiment that
 runs a policy at a swept rate must train it with that rate's choice (its ``policy@<gbps>`` entry where the choice
-differs from the 1 Gbps one); the 27-server runs take the 9-server choice at the same rate (the sweep does not run
-27 servers). Rates the sweep does not run (``comm_ratio``'s 0.54 / 4.28 / 17.1 Gbps) take the 1 Gbps choice. Both
-stated in the README.
+differs from the 1 Gbps one). Rates the sweep does not run (``comm_ratio``'s 0.54 / 4.28 / 17.1 Gbps) take the 1 Gbps
+choice. Both stated in the README.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import yaml
 
 from tests.conftest import ROOT
 
-TRAINING = ("tta_bcube9", "tta_bcube27", "ablation", "comm_ratio")
+# each training experiment and the sweep that tunes its cluster size
+TRAINING = {"tta_bcube9": "optimiser_sweep", "tta_bcube27": "optimiser_sweep27", "ablation": "optimiser_sweep",
+            "comm_ratio": "optimiser_sweep"}
 # ablations of Canary's own asynchronous exchange that are not swept and take Canary's choice (README, budget)
 REUSE_CANARY = ("canary_1nic", "canary_nopipe")
 REFERENCE_GBPS = 1.0
@@ -30,11 +32,11 @@ def _params(name: str) -> dict:
     return cfg["experiment"]["params"]
 
 
-def _chosen() -> dict[tuple[str, float], tuple[float, float]]:
-    """``{(policy, gbps): (lr, momentum)}`` from the committed sweep."""
-    path = ROOT / "results/canary/optimiser_sweep.csv"
+def _chosen(sweep: str) -> dict[tuple[str, float], tuple[float, float]]:
+    """``{(policy, gbps): (lr, momentum)}`` from the committed ``sweep``."""
+    path = ROOT / "results/canary" / f"{sweep}.csv"
     if not path.exists():
-        pytest.skip("no committed optimiser_sweep.csv")
+        pytest.skip(f"no committed {sweep}.csv")
     d = pd.read_csv(path)
     d = d[d.metric.isin(["chosen_lr", "chosen_momentum"])]
     wide = d.pivot_table(index=["policy", "bandwidth_gbps"], columns="metric", values="value", aggfunc="first")
@@ -47,15 +49,40 @@ def _configured(opt: dict, policy: str, gbps: float) -> tuple[float, float]:
     return float(lr), float(mom)
 
 
-def test_the_sweep_chooses_at_every_rate_of_the_headline():
-    chosen = _chosen()
+@pytest.mark.parametrize("name", ["tta_bcube9", "tta_bcube27"])
+def test_the_sweep_chooses_at_every_rate_and_policy_of_the_headlines(name):
+    sweep = TRAINING[name]
+    chosen = _chosen(sweep)
     swept = {g for _, g in chosen}
-    assert set(map(float, _params("tta_bcube9")["bandwidths_gbps"])) <= swept, swept
+    assert set(map(float, _params(name)["bandwidths_gbps"])) <= swept, swept
+    exp = yaml.safe_load((ROOT / "conf/experiment/canary" / f"{name}.yaml").read_text())["experiment"]
+    tuned = {p for p, _ in chosen}
+    assert set(exp["policies"]) <= tuned, f"{sweep} does not tune {set(exp['policies']) - tuned}"
+
+
+def test_the_27_server_sweep_runs_on_27_servers_with_the_9_server_grid_and_effort():
+    nine, s27 = (yaml.safe_load((ROOT / "conf/experiment/canary" / f"{n}.yaml").read_text())
+                 for n in ("optimiser_sweep", "optimiser_sweep27"))
+    assert s27["defaults"][3] == {"override /hardware": "bcube3_2_resnet50_p100"}
+    assert nine["defaults"][3] == {"override /hardware": "bcube3_1_resnet50_p100"}
+    for k in ("lrs", "momenta", "iterations", "eval_every", "tuning_seed_offset", "bandwidths_gbps"):
+        assert s27["experiment"]["params"][k] == nine["experiment"]["params"][k], k
+    assert s27["experiment"]["num_seeds"] == nine["experiment"]["num_seeds"]
+    assert s27["experiment"]["params"]["target_acc"] == _params("tta_bcube27")["target_acc"]
+    assert s27["experiment"]["fn"] == nine["experiment"]["fn"]
+
+
+@pytest.mark.parametrize("name", TRAINING)
+def test_optimiser_entries_are_float_pairs(name):
+    # the params schema types them dict[str, list[float]]: a YAML int (0) fails composition at run time
+    bad = {k: v for k, v in _params(name)["optimiser"].items()
+           if not (len(v) == 2 and all(isinstance(x, float) for x in v))}
+    assert not bad, f"{name}: write [lr, momentum] as floats: {bad}"
 
 
 @pytest.mark.parametrize("name", TRAINING)
 def test_training_configs_use_the_sweeps_choice(name):
-    chosen = _chosen()
+    chosen = _chosen(TRAINING[name])
     swept = {g for _, g in chosen}
     params = _params(name)
     opt = params["optimiser"]

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.collectives.bcube import BCube
-from common.sim.netsim import channel_overlaps
-from papers.canary.compute_model import ComputeModel, Layer, make_layout
-from papers.canary.protocols import (
+from mlsys_repro.common.collectives.bcube import BCube
+from mlsys_repro.common.sim.netsim import channel_overlaps
+from mlsys_repro.papers.canary.compute_model import ComputeModel, Layer, make_layout
+from mlsys_repro.papers.canary.protocols import (
     NetSpec,
     ProtocolSpec,
     ako_partitions,

@@ -1,16 +1,17 @@
-"""The proxy's pieces on a realistic model's gradient (papers/canary/compute_model.timing_layout): known answers."""
+"""The proxy's pieces on a realistic model's gradient (mlsys_repro/papers/canary/compute_model.timing_layout): known
+answers."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from common.timing import effective_flops_per_s, mlp, resnet50, step_time_s, vgg16
-from papers.canary.compute_model import ComputeModel, Layer, make_layout, realistic_layers, timing_layout
-from papers.canary.data import layout_for_shape
-from papers.canary.experiments import compute_model, des_layout
-from papers.canary.protocols import NetSpec, ProtocolSpec, payload_bytes, simulate
-from papers.canary.schemas import BCubeCluster
+from mlsys_repro.common.timing import effective_flops_per_s, mlp, resnet50, step_time_s, vgg16
+from mlsys_repro.papers.canary.compute_model import ComputeModel, Layer, make_layout, realistic_layers, timing_layout
+from mlsys_repro.papers.canary.data import layout_for_shape
+from mlsys_repro.papers.canary.experiments import compute_model, des_layout
+from mlsys_repro.papers.canary.protocols import NetSpec, ProtocolSpec, payload_bytes, simulate
+from mlsys_repro.papers.canary.schemas import BCubeCluster
 
 
 def _tiny_proxy():
@@ -54,7 +55,7 @@ def test_realistic_models_keep_the_proxy_pieces_and_the_timing_model(cost_fn):
     for c, ((a, b),) in enumerate(lay.colayer_ranges):
         starts = lay.piece_start[lay.piece_colayer == c]
         assert np.all((starts >= a) & (starts < b))
-    # with zero overheads the iteration is exactly common.timing's step time; colayers become ready in order
+    # with zero overheads the iteration is exactly mlsys_repro.common.timing's step time; colayers become ready in order
     rate = effective_flops_per_s("p100")
     ready, total = lay.colayer_ready(ComputeModel(rate), 32)
     assert total == pytest.approx(step_time_s(cost, 32, rate), rel=1e-12)

@@ -7,12 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from common.collectives.bcube import BCube
-from common.models.data import load_image_data
-from common.quant import sketch
-from papers.canary.data import layout_for_shape, model_layout
-from papers.canary.protocols import piece_tree
-from papers.canary.train import Exchange, Setup, _masks, aggregate, make_train
+from mlsys_repro.common.collectives.bcube import BCube
+from mlsys_repro.common.models.data import load_image_data
+from mlsys_repro.common.quant import sketch
+from mlsys_repro.papers.canary.data import layout_for_shape, model_layout
+from mlsys_repro.papers.canary.protocols import piece_tree
+from mlsys_repro.papers.canary.train import Exchange, Setup, _masks, aggregate, make_train
 from tests.conftest import DATA
 from tests.papers.canary.test_protocols import small_layout
 
@@ -56,14 +56,14 @@ def test_tree_aggregation_matches_a_loop_reference(use_sketch):
 
 
 def test_sketched_ring_and_ps_numerics_match_the_spmd_collectives():
-    """The vectorised ring8/ps8 numerics equal common.collectives' shard_map versions on 4 devices."""
+    """The vectorised ring8/ps8 numerics equal mlsys_repro.common.collectives' shard_map versions on 4 devices."""
     from tests.common.test_collectives import run_with_devices
 
     out = run_with_devices(4, """
 import jax, jax.numpy as jnp, numpy as np
 from tests.common.oracles import ring, ps
-from common.collectives.mesh import make_mesh, spmd
-from papers.canary.train import Exchange, aggregate
+from mlsys_repro.common.collectives.mesh import make_mesh, spmd
+from mlsys_repro.papers.canary.train import Exchange, aggregate
 from tests.papers.canary.test_protocols import small_layout
 lay = small_layout((300, 500, 200), colayer_bytes=1200, piece=64)
 g = jax.random.normal(jax.random.key(3), (4, lay.size)) * jnp.arange(1.0, 5.0)[:, None]
@@ -146,7 +146,7 @@ def test_optimiser_override_equals_a_setup_with_that_optimiser(tiny_setup):
 
 
 def test_optimiser_per_policy_and_sweep_validation():
-    from papers.canary.schemas import OptimiserSweepParams, TrainParams
+    from mlsys_repro.papers.canary.schemas import OptimiserSweepParams, TrainParams
 
     p = TrainParams(lr=0.1, momentum=0.9, optimiser={"canary": [0.2, 0.0]})
     assert p.optimiser_for("canary") == (0.2, 0.0) and p.optimiser_for("bml") == (0.1, 0.9)
@@ -160,7 +160,7 @@ def test_optimiser_per_policy_and_sweep_validation():
 
 
 def test_sweep_score_prefers_fewest_iterations_then_accuracy_and_ranks_divergence_last():
-    from papers.canary.experiments import PolicyRun, sweep_score
+    from mlsys_repro.papers.canary.experiments import PolicyRun, sweep_score
 
     its = np.arange(0, 31, 10)
 
@@ -208,7 +208,7 @@ def test_local_first_applies_the_own_gradient_at_once_and_only_remote_pieces_lat
 
 
 def test_optimiser_per_nic_rate_overrides_the_policy_entry():
-    from papers.canary.schemas import TrainParams
+    from mlsys_repro.papers.canary.schemas import TrainParams
 
     p = TrainParams(lr=0.1, momentum=0.9, optimiser={"canary": [0.2, 0.0], "canary@1": [0.05, 0.5]})
     assert p.optimiser_for("canary", 1.0) == (0.05, 0.5)  # the per-NIC entry

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.traces.workload import load_workload_matrix
-from papers.evogwp.baselines import last_value, seasonal_naive
-from papers.evogwp.data import (
+from mlsys_repro.common.traces.workload import load_workload_matrix
+from mlsys_repro.papers.evogwp.baselines import last_value, seasonal_naive
+from mlsys_repro.papers.evogwp.data import (
     DataError,
     Scaler,
     aggregate_steps,
@@ -21,7 +21,7 @@ from papers.evogwp.data import (
     select_entities,
     tail_split,
 )
-from papers.evogwp.metrics import forecast_metrics, scored_cells
+from mlsys_repro.papers.evogwp.metrics import forecast_metrics, scored_cells
 from tests.conftest import DATA
 
 NAN = np.nan

@@ -4,10 +4,10 @@ pseudo-label classes and shapelet scores are well-formed."""
 
 from __future__ import annotations
 
-from common.traces.workload import load_workload_matrix
-from papers.evogwp.data import Scaler, chrono_split, prepare
-from papers.evogwp.forecasters import fit_evo_inputs
-from papers.evogwp.schemas import parse_hparams
+from mlsys_repro.common.traces.workload import load_workload_matrix
+from mlsys_repro.papers.evogwp.data import Scaler, chrono_split, prepare
+from mlsys_repro.papers.evogwp.forecasters import fit_evo_inputs
+from mlsys_repro.papers.evogwp.schemas import parse_hparams
 from tests.conftest import DATA
 
 

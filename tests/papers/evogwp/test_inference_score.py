@@ -1,4 +1,4 @@
-"""Checkpoints, ``papers.evogwp.predict`` and the scoring CLI on data the model never saw, including bad
+"""Checkpoints, ``mlsys_repro.papers.evogwp.predict`` and the scoring CLI on data the model never saw, including bad
 input."""
 
 from __future__ import annotations
@@ -12,16 +12,18 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from papers.evogwp import predict as package_predict
-from papers.evogwp.arrays import build_arrays
-from papers.evogwp.baselines import last_value
-from papers.evogwp.data import prepare
-from papers.evogwp.evaluate import PolicyResult, graph_arrays, prepare_dataset, save_checkpoint
-from papers.evogwp.inference import load
-from papers.evogwp.schemas import ForecasterPolicy, ForecastParams, TrainParams
-from papers.evogwp.score import main
-from papers.evogwp.train import init_params, make_predict
+from mlsys_repro.papers.evogwp import predict as package_predict
+from mlsys_repro.papers.evogwp.arrays import build_arrays
+from mlsys_repro.papers.evogwp.baselines import last_value
+from mlsys_repro.papers.evogwp.data import prepare
+from mlsys_repro.papers.evogwp.evaluate import PolicyResult, graph_arrays, prepare_dataset, save_checkpoint
+from mlsys_repro.papers.evogwp.inference import load
+from mlsys_repro.papers.evogwp.schemas import ForecasterPolicy, ForecastParams, TrainParams
+from mlsys_repro.papers.evogwp.score import main
+from mlsys_repro.papers.evogwp.train import init_params, make_predict, make_segment_predict, segment_grid
 
 PERIOD = 288
 DAYS = 4
@@ -77,7 +79,7 @@ def ckpts(tmp_path_factory):
     for kind, hp in HP.items():
         pol = ForecasterPolicy(name=kind, kind=kind, hparams=hp)
         extra, evo = graph_arrays(kind, pol.hp, ds)
-        from papers.evogwp.forecasters import builder
+        from mlsys_repro.papers.evogwp.forecasters import builder
 
         build = builder(
             kind,
@@ -241,3 +243,77 @@ def test_bad_input_is_a_clear_error(ckpts, tmp_path, capsys, case, message):
         ck.write_bytes(b"not a checkpoint")
     rc, _, err = _run(capsys, "--checkpoint", ck, "--csv", new, *args)
     assert rc == 2 and message in err, err
+
+
+# ------------------------------------------------------------------ windows of one segment share their supports
+
+
+def test_segment_grid_groups_origins_by_segment_known_answer():
+    o = np.array([5, 30, 7, 50, 31, 6])
+    grid, pos = segment_grid(o, 24)
+    # segments 0 (three origins), 1 (two), 2 (one): rows of M = 3, 16 // 3 = 5 rows per batch -> 5 rows
+    np.testing.assert_array_equal(
+        grid, [[5, 7, 6], [30, 31, 30], [50, 50, 50], [50, 50, 50], [50, 50, 50]]
+    )
+    np.testing.assert_array_equal(pos, [0, 3, 1, 6, 4, 2])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 500), min_size=1, max_size=80),
+    st.integers(1, 30),
+    st.integers(1, 32),
+)
+def test_segment_grid_properties(origins, seg_len, batch_windows):
+    o = np.asarray(origins)
+    grid, pos = segment_grid(o, seg_len, batch_windows)
+    u, m = grid.shape
+    assert m == np.bincount(np.unique(o // seg_len, return_inverse=True)[1]).max()
+    assert u % max(1, batch_windows // m) == 0
+    np.testing.assert_array_equal(grid.reshape(-1)[pos], o)  # every origin once, order restorable
+    assert len(set(pos.tolist())) == o.size
+    assert all(np.unique(row // seg_len).size == 1 for row in grid)  # a row never mixes segments
+    assert set(grid.reshape(-1).tolist()) <= set(o.tolist())  # padding repeats real origins
+
+
+@pytest.mark.parametrize("origins, seg_len", [(np.array([], int), 24), (np.zeros((2, 2), int), 24), ([1], 0)])
+def test_segment_grid_bad_input(origins, seg_len):
+    with pytest.raises(ValueError):
+        segment_grid(np.asarray(origins), seg_len)
+
+
+@pytest.mark.parametrize(
+    "switches",
+    [{}, {"graph": "static"}, {"learned": "embedding"}, {"learned": "none"}, {"graph": "none"}],
+    ids=["evogwp", "static-graph", "free-embeddings", "no-learned", "no-graph"],
+)
+def test_shared_supports_give_the_per_window_forecasts(ckpts, switches):
+    """The per-segment path (supports once per segment, one product for all its windows) forecasts what the
+    per-window path forecasts, for EvoGWP and its ablations, on a model whose output depends on the supports
+    (random, not zero, weights)."""
+    from mlsys_repro.papers.evogwp.forecasters import builder
+
+    _, ds, *_ = ckpts["evogwp"]
+    pol = ForecasterPolicy(name="evogwp", kind="evogwp", hparams={**HP["evogwp"], **switches})
+    extra, evo = graph_arrays("evogwp", pol.hp, ds)
+    build = builder(
+        "evogwp", pol.hp, num_nodes=N, input_len=12, horizon=12, num_shapelets=evo.shapelets.v.shape[0]
+    )
+    host = build_arrays(ds.series, ds.scaler, pad=12, **extra)
+    arrays = {k: jnp.asarray(v) for k, v in host.items()}
+    params = init_params(build, jax.random.key(0))
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(1), len(leaves))
+    noisy = [a + 0.3 * jax.random.normal(k, a.shape) for a, k in zip(leaves, keys, strict=True)]
+    params = jax.tree.unflatten(tree, noisy)
+    seg = evo.context.seg_len
+    lo = evo.context.min_origin()
+    # adjacent segments too, so that a grid mixing two segments in one row would fail
+    o = np.array([lo + 3, lo + 2 * seg + 1, lo, lo + seg + 2, lo + 2 * seg + 5, lo + 1, lo + 3 * seg + 1, lo + 2 * seg])
+    want = np.asarray(make_predict(build, 12, 12, evo.context)(params, arrays, jnp.asarray(o)))
+    grid, pos = segment_grid(o, seg)
+    got = np.asarray(make_segment_predict(build, 12, 12, evo.context)(params, arrays, jnp.asarray(grid)))
+    got = got.reshape(-1, *got.shape[2:])[pos]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # the comparison can fail: these weights move the forecast away from the last value
+    assert np.abs(want - last_value(ds.series.filled, o, 12)).max() > 0.1

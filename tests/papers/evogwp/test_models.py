@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from papers.evogwp import models
-from papers.evogwp.forecasters import builder, doubling_dilations, fixed_entities, patch_sizes
-from papers.evogwp.schemas import parse_hparams
+from mlsys_repro.papers.evogwp import models
+from mlsys_repro.papers.evogwp.forecasters import builder, doubling_dilations, fixed_entities, patch_sizes
+from mlsys_repro.papers.evogwp.schemas import parse_hparams
 
 B, P, Q, N, K, C = 2, 12, 4, 5, 3, 2
 

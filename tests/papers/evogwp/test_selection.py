@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from papers.evogwp.evaluate import best_of_rows
+from mlsys_repro.papers.evogwp.evaluate import best_of_rows
 
 
 def _rows(policy: str, val: float, test: float, converged: float = 1.0) -> list[dict]:
@@ -47,7 +47,7 @@ def test_best_sota_changes_only_with_the_validation_scores():
 
 
 def test_daily_autocorrelation_separates_periodic_from_aperiodic_entities():
-    from papers.evogwp.evaluate import PERIODIC_ACF, daily_autocorrelation
+    from mlsys_repro.papers.evogwp.evaluate import PERIODIC_ACF, daily_autocorrelation
 
     t = np.arange(4 * 24)
     rng = np.random.default_rng(0)
@@ -61,7 +61,7 @@ def test_daily_autocorrelation_separates_periodic_from_aperiodic_entities():
 def test_boundary_gains_per_group_and_horizon():
     import pandas as pd
 
-    from papers.evogwp.experiments import boundary_gains
+    from mlsys_repro.papers.evogwp.experiments import boundary_gains
 
     rows = []
     for pol, val in (("evogwp", 0.9), ("last_value", 1.0), ("best_sota", 0.8)):

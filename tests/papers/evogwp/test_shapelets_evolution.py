@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from papers.evogwp.evolution import (
+from mlsys_repro.papers.evogwp.evolution import (
     EvolutionConfig,
     evolution_graph,
     graph_stats,
@@ -14,7 +14,7 @@ from papers.evogwp.evolution import (
     sparsify_rows,
     transition_matrix,
 )
-from papers.evogwp.shapelets import (
+from mlsys_repro.papers.evogwp.shapelets import (
     ShapeletConfig,
     Shapelets,
     enforce_min_class_size,

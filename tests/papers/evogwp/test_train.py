@@ -8,12 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from papers.evogwp.arrays import build_arrays, gather
-from papers.evogwp.baselines import stats_forecast
-from papers.evogwp.data import Scaler, origins, prepare
-from papers.evogwp.forecasters import builder
-from papers.evogwp.schemas import StatsHP, TrainParams, parse_hparams
-from papers.evogwp.train import init_params, make_predict, make_train
+from mlsys_repro.papers.evogwp.arrays import build_arrays, gather
+from mlsys_repro.papers.evogwp.baselines import stats_forecast
+from mlsys_repro.papers.evogwp.data import Scaler, origins, prepare
+from mlsys_repro.papers.evogwp.forecasters import builder
+from mlsys_repro.papers.evogwp.schemas import StatsHP, TrainParams, parse_hparams
+from mlsys_repro.papers.evogwp.train import init_params, make_predict, make_train
 
 P = Q = 12
 
@@ -80,7 +80,7 @@ def test_stats_baseline_forecasts_and_falls_back_on_a_broken_series_counted():
 
 
 def test_training_in_checkpointed_chunks_equals_one_scan_and_resumes_bit_identically(setup, tmp_path):
-    from common.repro.checkpoint import Checkpointer, run_chunked
+    from mlsys_repro.common.repro.checkpoint import Checkpointer, run_chunked
 
     build, arrays, tr, va, *_ = setup
     cfg = TrainParams(steps=6, batch_size=4, lr=0.02, eval_every=2, val_windows=len(va))
@@ -116,7 +116,7 @@ def test_training_in_checkpointed_chunks_equals_one_scan_and_resumes_bit_identic
 
 
 def test_early_stopping_keeps_the_best_and_ignores_evaluations_after_the_stop():
-    from papers.evogwp.train import early_stopping_update
+    from mlsys_repro.papers.evogwp.train import early_stopping_update
 
     # a hand-made validation curve; the "parameters" of round r are r itself
     curve = [5.0, 4.0, 3.0, 3.1, 3.05, 2.999, 3.2, 3.3, 1.0]
@@ -136,7 +136,7 @@ def test_early_stopping_keeps_the_best_and_ignores_evaluations_after_the_stop():
 
 
 def test_plateau_rule_of_the_converged_gate():
-    from papers.evogwp.train import plateaued
+    from mlsys_repro.papers.evogwp.train import plateaued
 
     assert plateaued([3.0, 2.0, 1.5, 1.5, 1.499, 1.51], 6, patience=3, tol=0.01)  # flat for the last 3 rounds
     assert not plateaued([3.0, 2.0, 1.5, 1.4, 1.3, 1.2], 6, patience=3, tol=0.01)  # still falling
@@ -146,7 +146,7 @@ def test_plateau_rule_of_the_converged_gate():
 
 
 def test_training_gates_on_hand_made_curves():
-    from papers.evogwp.evaluate import training_gates
+    from mlsys_repro.papers.evogwp.evaluate import training_gates
 
     curves = {
         "best_val": np.array([1.0, 1.3, 0.899]),

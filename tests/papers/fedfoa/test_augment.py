@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from papers.fedfoa.augment import (
+from mlsys_repro.papers.fedfoa.augment import (
     AugmentSpec,
     augment,
     colour_jitter,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from common.repro.config import ConfigError, build_context, compose, compose_run
-from papers.fedfoa.federation import ConfigurationError
-from papers.fedfoa.runner import make_shape, policy_knobs
+from mlsys_repro.common.repro.config import ConfigError, build_context, compose, compose_run
+from mlsys_repro.papers.fedfoa.federation import ConfigurationError
+from mlsys_repro.papers.fedfoa.fedssl_runs import make_shape, policy_knobs
 
 
 def test_mismatched_projector_dims_fail_at_compose():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from papers.fedfoa import data as D
-from papers.fedfoa.runner import DatasetUnavailable, load_data, partitions
-from papers.fedfoa.schemas import FedSSLParams
+from mlsys_repro.papers.fedfoa import data as D
+from mlsys_repro.papers.fedfoa.fedssl_runs import DatasetUnavailable, load_data, partitions
+from mlsys_repro.papers.fedfoa.schemas import FedSSLParams
 from tests.conftest import DATA
 
 

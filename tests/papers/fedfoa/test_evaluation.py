@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from papers.fedfoa.evaluation import features, fine_tune, linear_probe
-from papers.fedfoa.models import NetSpec, make_net
+from mlsys_repro.papers.fedfoa.evaluation import features, fine_tune, linear_probe
+from mlsys_repro.papers.fedfoa.models import NetSpec, make_net
 
 
 def _blobs(n, d=8, c=4, sep=4.0, seed=0):

@@ -11,21 +11,22 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from common.repro.checkpoint import Checkpointer
-from common.repro.config import build_context, compose_run
-from papers.fedfoa import relation
-from papers.fedfoa.federation import (
+from mlsys_repro.common.repro.cache import RunCache
+from mlsys_repro.common.repro.checkpoint import Checkpointer
+from mlsys_repro.common.repro.config import build_context, compose_run
+from mlsys_repro.common.repro.trainer import num_chunks
+from mlsys_repro.papers.fedfoa import relation
+from mlsys_repro.papers.fedfoa.federation import (
     ConfigurationError,
     FedShape,
     bytes_per_round,
-    compiled_chunks,
+    chunked_trainer,
     knobs,
-    num_chunks,
     run_train,
 )
-from papers.fedfoa.models import NetSpec, make_net, num_params
-from papers.fedfoa.runner import health, make_shape, partitions
-from papers.fedfoa.schemas import ClientGroupConfig, FederationHardware, FedSSLParams
+from mlsys_repro.papers.fedfoa.fedssl_runs import health, make_shape, partitions
+from mlsys_repro.papers.fedfoa.models import NetSpec, make_net, num_params
+from mlsys_repro.papers.fedfoa.schemas import ClientGroupConfig, FederationHardware, FedSSLParams
 from tests.fixtures.dying_checkpointer import DiesAfterFirstSave, Killed
 
 
@@ -182,8 +183,9 @@ def test_runs_are_deterministic(setup):
     b = run.again("local", foa=True, calibrate=True)
     for x, y in zip(_leaves(a), _leaves(b), strict=True):
         np.testing.assert_array_equal(x, y)
-    n = num_chunks(shape.rounds)
-    assert compiled_chunks(shape, n) is compiled_chunks(shape, n)  # one executable per shape
+    cache = RunCache()
+    assert chunked_trainer(shape, cache) is chunked_trainer(shape, cache)  # one executable per shape and run
+    assert chunked_trainer(shape, cache).chunks == num_chunks(shape.rounds)
 
 
 def test_resume_after_a_kill_is_bit_identical(setup, tmp_path):

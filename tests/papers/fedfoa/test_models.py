@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from papers.fedfoa.models import (
+from mlsys_repro.papers.fedfoa.models import (
     ARCHS,
     BatchNorm,
     Conv3x3,

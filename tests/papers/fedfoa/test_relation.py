@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from papers.fedfoa import relation as rel
+from mlsys_repro.papers.fedfoa import relation as rel
 
 
 def _z(seed=0, n=200, d=6):

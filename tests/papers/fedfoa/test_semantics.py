@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import yaml
 
-from papers.fedfoa import relation
-from papers.fedfoa.augment import eval_view
-from papers.fedfoa.calibration import steps_to_gate
-from papers.fedfoa.evaluation import centered_gram, mean_pairwise_cka, pairwise_cka
-from papers.fedfoa.federation import (
+from mlsys_repro.papers.fedfoa import relation
+from mlsys_repro.papers.fedfoa.augment import eval_view
+from mlsys_repro.papers.fedfoa.calibration import steps_to_gate
+from mlsys_repro.papers.fedfoa.evaluation import centered_gram, mean_pairwise_cka, pairwise_cka
+from mlsys_repro.papers.fedfoa.federation import (
     HEAD_PARTS,
     ConfigurationError,
     FedShape,
@@ -21,8 +21,8 @@ from papers.fedfoa.federation import (
     relational_kd_loss,
     similarity_consensus,
 )
-from papers.fedfoa.models import NetSpec, make_net
-from papers.fedfoa.runner import relation_corr, untrained_gate
+from mlsys_repro.papers.fedfoa.fedssl_runs import relation_corr, untrained_gate
+from mlsys_repro.papers.fedfoa.models import NetSpec, make_net
 
 S = NetSpec("cnn_s", 3, 32, hidden=64)
 L = NetSpec("cnn_l", 3, 32, hidden=64)
@@ -155,7 +155,7 @@ def test_steps_to_gate_known_answers():
 
 
 def test_every_superiority_claim_requires_the_learning_gate():
-    claims = yaml.safe_load(open("papers/fedfoa/claims.yaml"))["claims"]
+    claims = yaml.safe_load(open("mlsys_repro/papers/fedfoa/claims.yaml"))["claims"]
     sup = [c for c in claims if c["class"] != "check" and c["kind"] in ("ordering", "diff") and "skip" not in c]
     assert len(sup) >= 6
     for c in sup:

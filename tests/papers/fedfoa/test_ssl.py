@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from papers.fedfoa.models import NetSpec, make_net
-from papers.fedfoa.ssl import byol_loss, cosine, ema_update, siamese_loss, simsiam_loss
+from mlsys_repro.papers.fedfoa.models import NetSpec, make_net
+from mlsys_repro.papers.fedfoa.ssl import byol_loss, cosine, ema_update, siamese_loss, simsiam_loss
 
 NET = make_net(NetSpec("cnn_s", 3, 16, hidden=32))
 P = NET.init(jax.random.key(0))

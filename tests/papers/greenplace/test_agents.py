@@ -7,11 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from papers.greenplace import dqn_agents, ppo_agent
-from papers.greenplace.baselines import random_policy
-from papers.greenplace.env import PlacementEnv
-from papers.greenplace.evaluate import rollouts, summarise
-from papers.greenplace.schemas import PlacementPolicy
+from mlsys_repro.papers.greenplace import dqn_agents, ppo_agent
+from mlsys_repro.papers.greenplace.baselines import random_policy
+from mlsys_repro.papers.greenplace.env import PlacementEnv
+from mlsys_repro.papers.greenplace.evaluate import rollouts, summarise
+from mlsys_repro.papers.greenplace.schemas import PlacementPolicy
 from tests.papers.greenplace.tiny import T, tiny_params
 
 ENV = PlacementEnv()
@@ -57,7 +57,7 @@ def test_factorised_ppo_improves_on_its_start():
 
 
 def test_factorised_sampling_is_valid_and_log_probs_sum_heads():
-    from common.rl.env import BranchMask, is_valid
+    from mlsys_repro.common.rl.env import BranchMask, is_valid
 
     mask = BranchMask(jnp.array([True, False, True]),
                       (jnp.array([[1, 0], [1, 1], [0, 1]], bool), jnp.array([[1, 1], [1, 1], [1, 0]], bool)))
@@ -72,7 +72,7 @@ def test_factorised_sampling_is_valid_and_log_probs_sum_heads():
 def test_training_resumes_bit_identically_after_a_kill(tmp_path):
     import functools
 
-    from common.repro.checkpoint import Checkpointer, run_chunked
+    from mlsys_repro.common.repro.checkpoint import Checkpointer, run_chunked
     from tests.fixtures.dying_checkpointer import DiesAfterFirstSave, Killed
 
     p = _params()

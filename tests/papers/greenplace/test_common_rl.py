@@ -1,4 +1,4 @@
-"""common/rl: env API (auto-reset, masks), replay buffer, DQN / BDQ pieces."""
+"""mlsys_repro/common/rl: env API (auto-reset, masks), replay buffer, DQN / BDQ pieces."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from flax import nnx, struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.rl.dqn import (
+from mlsys_repro.common.rl.dqn import (
     BranchingQNetwork,
     branch_double_q_target,
     branch_epsilon_greedy,
@@ -23,7 +23,7 @@ from common.rl.dqn import (
     linear_schedule,
     scale_gradient,
 )
-from common.rl.env import (
+from mlsys_repro.common.rl.env import (
     BranchMask,
     Environment,
     MultiDiscrete,
@@ -37,7 +37,7 @@ from common.rl.env import (
     sample_uniform,
     unflatten_action,
 )
-from common.rl.replay import replay_add, replay_can_sample, replay_init, replay_sample
+from mlsys_repro.common.rl.replay import replay_add, replay_can_sample, replay_init, replay_sample
 
 
 def _mask():

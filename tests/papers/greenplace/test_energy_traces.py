@@ -1,12 +1,12 @@
-"""common/traces/energy.py: formats, gaps, negative prices, clear errors, and the vendored files."""
+"""mlsys_repro/common/traces/energy.py: formats, gaps, negative prices, clear errors, and the vendored files."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from common.traces import LOADERS
-from common.traces.energy import (
+from mlsys_repro.common.traces import LOADERS
+from mlsys_repro.common.traces.energy import (
     fill_gaps,
     load_carbon_series,
     load_latency_table,
@@ -18,7 +18,7 @@ from common.traces.energy import (
     parse_profile_csv,
     region_year,
 )
-from common.traces.errors import TraceFormatError
+from mlsys_repro.common.traces.errors import TraceFormatError
 from tests.conftest import DATA
 
 PH = "Datetime (UTC),Datetime (Local),Price (USD/MWh)\n"

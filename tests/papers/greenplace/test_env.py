@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.rl.env import any_valid, is_valid, joint_mask
-from papers.greenplace import baselines as B
-from papers.greenplace.env import PlacementEnv
-from papers.greenplace.env import place as place_eager
+from mlsys_repro.common.rl.env import any_valid, is_valid, joint_mask
+from mlsys_repro.papers.greenplace import baselines as B
+from mlsys_repro.papers.greenplace.env import PlacementEnv
+from mlsys_repro.papers.greenplace.env import place as place_eager
 from tests.papers.greenplace.tiny import T, tiny_params
 
 ENV = PlacementEnv()
@@ -275,7 +275,7 @@ def test_neurosurgeon_dads_and_greedy_choices():
 
 
 def test_inverse_cdf_known_answers_and_zero_probabilities():
-    from papers.greenplace.env import inverse_cdf
+    from mlsys_repro.papers.greenplace.env import inverse_cdf
 
     probs = jnp.array([0.0, 0.25, 0.0, 0.75, 0.0])  # unnormalised is fine; zeros anywhere, trailing included
     u = jnp.array([0.0, 0.2499, 0.25, 0.9999, jnp.nextafter(jnp.float32(1.0), 0.0)])
@@ -286,7 +286,7 @@ def test_inverse_cdf_known_answers_and_zero_probabilities():
 @settings(max_examples=20, deadline=None)
 @given(st.lists(st.integers(0, 5), min_size=1, max_size=6).filter(lambda w: sum(w) > 0), st.integers(0, 2**31 - 1))
 def test_inverse_cdf_draws_follow_the_probabilities(weights, seed):
-    from papers.greenplace.env import inverse_cdf
+    from mlsys_repro.papers.greenplace.env import inverse_cdf
 
     w = jnp.asarray(weights, jnp.float32)
     n = 20000

@@ -8,12 +8,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from common.rl.env import flatten_action
-from papers.greenplace.baselines import make_lookahead, myopic, random_policy
-from papers.greenplace.env import PlacementEnv, objective, place
-from papers.greenplace.experiments import converged
-from papers.greenplace.features import FEATURES, OBJECTIVE, action_features, all_actions, candidates, valid_actions
-from papers.greenplace.scenario import vary
+from mlsys_repro.common.rl.env import flatten_action
+from mlsys_repro.papers.greenplace.baselines import make_lookahead, myopic, random_policy
+from mlsys_repro.papers.greenplace.env import PlacementEnv, objective, place
+from mlsys_repro.papers.greenplace.experiments import converged
+from mlsys_repro.papers.greenplace.features import (
+    FEATURES,
+    OBJECTIVE,
+    action_features,
+    all_actions,
+    candidates,
+    valid_actions,
+)
+from mlsys_repro.papers.greenplace.scenario import vary
 from tests.papers.greenplace.tiny import T, tiny_params
 
 ENV = PlacementEnv()
@@ -152,8 +159,8 @@ def test_converged_gate_known_answers():
 
 @pytest.mark.slow
 def test_scorer_warm_start_reproduces_myopic():
-    from papers.greenplace import scorer_agent
-    from papers.greenplace.schemas import PlacementPolicy
+    from mlsys_repro.papers.greenplace import scorer_agent
+    from mlsys_repro.papers.greenplace.schemas import PlacementPolicy
 
     p = tiny_params(rate=jnp.full(T, 1.0, jnp.float32), cold_start_s=jnp.float32(0.5), episode_jobs=32)
     pol = PlacementPolicy(name="s", kind="ppo_scorer", rollout_len=8, epochs=1, minibatches=2, head_hidden=32,
@@ -171,7 +178,7 @@ def test_scorer_warm_start_reproduces_myopic():
 def test_partitioners_run_an_all_front_cut_at_the_site():
     """On a slow WAN the latency-optimal cut keeps every layer in front; Neurosurgeon and DADS must then place
     the (empty) back segment at the site, as the environment requires, not on the cloud (a rejected job)."""
-    from papers.greenplace.baselines import dads, neurosurgeon
+    from mlsys_repro.papers.greenplace.baselines import dads, neurosurgeon
 
     p = tiny_params(bw=jnp.full((2, 2), 1e3, jnp.float32))  # 1 kB/s: any transfer costs minutes
     _, state = ENV.reset(jax.random.key(0), p)

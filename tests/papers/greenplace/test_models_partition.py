@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.traces.energy import load_latency_table
-from papers.greenplace.latency import DEVICES, TABLE_TYPES, fit_all, layer_latency_s
-from papers.greenplace.models import LayerProfile, build, profile, xla_flops
-from papers.greenplace.partition import (
+from mlsys_repro.common.traces.energy import load_latency_table
+from mlsys_repro.papers.greenplace.latency import DEVICES, TABLE_TYPES, fit_all, layer_latency_s
+from mlsys_repro.papers.greenplace.models import LayerProfile, build, profile, xla_flops
+from mlsys_repro.papers.greenplace.partition import (
     closed,
     dads_min_cut,
     neurosurgeon_latency,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from papers.greenplace.env import EnvParams
+from mlsys_repro.papers.greenplace.env import EnvParams
 
 T = 48
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from papers.labelavg.attack import (
+from mlsys_repro.papers.labelavg.attack import (
     AttackSetup,
     deliver,
     directions,
@@ -19,7 +19,7 @@ from papers.labelavg.attack import (
     view_loss,
     zo_gradient,
 )
-from papers.labelavg.schemas import AttackConfig
+from mlsys_repro.papers.labelavg.schemas import AttackConfig
 
 SHAPE, C = (6, 6, 1), 3
 W = jax.random.normal(jax.random.key(42), (36, C)) * 0.5

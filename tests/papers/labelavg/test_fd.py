@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from common.fl.clients import make_federation
-from common.fl.comm import bits_for, packed_size
-from common.fl.partition import dirichlet_partition, pad_partitions
-from common.models.small import num_params
-from papers.labelavg import fd as FD
-from papers.labelavg import methods as M
-from papers.labelavg.experiments import last_quarter_gain, plateaued
-from papers.labelavg.fd import make_round, make_train, pooled, traffic
-from papers.labelavg.models import REGISTRY
-from papers.labelavg.schemas import FDPolicy, FDSchedule
+from mlsys_repro.common.fl.clients import make_federation
+from mlsys_repro.common.fl.comm import bits_for, packed_size
+from mlsys_repro.common.fl.partition import dirichlet_partition, pad_partitions
+from mlsys_repro.common.models.small import num_params
+from mlsys_repro.papers.labelavg import fd as FD
+from mlsys_repro.papers.labelavg import methods as M
+from mlsys_repro.papers.labelavg.experiments import last_quarter_gain, plateaued
+from mlsys_repro.papers.labelavg.fd import make_round, make_train, pooled, traffic
+from mlsys_repro.papers.labelavg.models import REGISTRY
+from mlsys_repro.papers.labelavg.schemas import FDPolicy, FDSchedule
 
 SHAPE, C, K = (12, 12, 1), 4, 4
 SCHED = FDSchedule(n_train=500, n_public=100, n_test=100, public_batch=40, rounds=3, local_steps=15,

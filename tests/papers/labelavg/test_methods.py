@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.fl.comm import bits_for, packed_size
-from papers.labelavg import methods as M
+from mlsys_repro.common.fl.comm import bits_for, packed_size
+from mlsys_repro.papers.labelavg import methods as M
 
 
 def test_vote_targets_known_answer():

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from papers.labelavg.metrics import closest_match, psnr, ssim
+from mlsys_repro.papers.labelavg.metrics import closest_match, psnr, ssim
 
 
 def test_psnr_known_answers():

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from papers.labelavg.models import conv3x3_matmul
-from papers.labelavg.schemas import FederationHardware
+from mlsys_repro.papers.labelavg.models import conv3x3_matmul
+from mlsys_repro.papers.labelavg.schemas import FederationHardware
 
 
 @pytest.mark.parametrize(("shape", "cin", "cout", "stride"), [((28, 28), 1, 8, 2), ((14, 14), 8, 16, 2),

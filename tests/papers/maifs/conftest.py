@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from common.sim.cluster import ClusterSpec, speed_model
-from papers.maifs.baselines import ModelDemand
+from mlsys_repro.common.sim.cluster import ClusterSpec, speed_model
+from mlsys_repro.papers.maifs.baselines import ModelDemand
 
 CPU_LEVELS = [1.0, 3.0, 6.0, 12.0]
 MEM_LEVELS = [20.0, 62.5, 125.0]

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.sim.cluster import (
+from mlsys_repro.common.sim.cluster import (
     PENDING,
     RUNNING,
     SimConfig,
@@ -25,7 +25,7 @@ from common.sim.cluster import (
     simulate,
     summarize,
 )
-from papers.maifs.baselines import (
+from mlsys_repro.papers.maifs.baselines import (
     ALLOCATIONS,
     ORDERS,
     Heuristic,

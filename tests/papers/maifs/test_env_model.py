@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from common.rl.marl import stack_agents
-from common.sim.cluster import overcommit
-from papers.maifs.env import JOB_FEATURES, LEVELS, EnvConfig, MaifsEnv
-from papers.maifs.model import MaifsNet, act, variant
-from papers.maifs.windows import Window, stack
+from mlsys_repro.common.rl.marl import stack_agents
+from mlsys_repro.common.sim.cluster import overcommit
+from mlsys_repro.papers.maifs.env import JOB_FEATURES, LEVELS, EnvConfig, MaifsEnv
+from mlsys_repro.papers.maifs.model import MaifsNet, act, variant
+from mlsys_repro.papers.maifs.windows import Window, stack
 
 ECFG = EnvConfig(num_agents=2, num_candidates=4, max_substeps=4, round_s=100.0, makespan_weight=2.0,
                  reward_scale=10.0, num_short=0, num_running=0, conflict_blocks=True)
@@ -118,8 +118,8 @@ def test_env_rejects_unequal_agent_groups(tiny):
 
 
 def test_training_resumes_bit_identically_after_a_kill(tiny, tmp_path):
-    from common.repro.checkpoint import Checkpointer, run_chunked
-    from papers.maifs.train import Problem, TrainConfig, make_train
+    from mlsys_repro.common.repro.checkpoint import Checkpointer, run_chunked
+    from mlsys_repro.papers.maifs.train import Problem, TrainConfig, make_train
     from tests.fixtures.dying_checkpointer import DiesAfterFirstSave, Killed
 
     spec, cl, sm, md = tiny
@@ -146,8 +146,8 @@ def test_training_resumes_bit_identically_after_a_kill(tiny, tmp_path):
 
 def test_env_and_train_configs_keep_no_second_defaults():
     """The experiment knobs have one set of defaults (the schemas); EnvConfig / TrainConfig require them."""
-    from papers.maifs.schemas import MaifsParams, RLPolicy
-    from papers.maifs.train import TrainConfig
+    from mlsys_repro.papers.maifs.schemas import MaifsParams, RLPolicy
+    from mlsys_repro.papers.maifs.train import TrainConfig
 
     for cls, sources in ((EnvConfig, (MaifsParams,)), (TrainConfig, (MaifsParams, RLPolicy))):
         knobs = {f.name for s in sources for f in dataclasses.fields(s)}

@@ -9,12 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from common.sim.cluster import PENDING, RUNNING
-from common.traces.gpu import PhillyJobs
-from papers.maifs import pipeline
-from papers.maifs.env import EnvConfig, MaifsEnv
-from papers.maifs.schemas import MaifsParams
-from papers.maifs.windows import (
+from mlsys_repro.common.sim.cluster import PENDING, RUNNING
+from mlsys_repro.common.traces.gpu import PhillyJobs
+from mlsys_repro.papers.maifs import pipeline
+from mlsys_repro.papers.maifs.env import EnvConfig, MaifsEnv
+from mlsys_repro.papers.maifs.schemas import MaifsParams
+from mlsys_repro.papers.maifs.windows import (
     Window,
     at_load,
     cap_durations,
@@ -233,6 +233,19 @@ def test_converged_on_hand_made_curves():
     assert pipeline.converged(np.ones((1, 1)), tol=0.05).tolist() == [0.0]  # too short to tell
 
 
+def test_window_mean_known_windows_and_bad_input():
+    curve = np.stack([np.arange(10, dtype=float), np.full(10, np.nan)])  # w = 2 updates
+    assert pipeline.window_mean(curve, "first")[0] == 0.5
+    assert pipeline.window_mean(curve, "previous")[0] == 6.5
+    assert pipeline.window_mean(curve, "last")[0] == 8.5
+    assert np.isnan(pipeline.window_mean(curve, "last")[1])  # no finished episode in the window
+    assert pipeline.window_mean(np.arange(3.0), "last", frac=0.1).tolist() == [2.0]  # at least one update
+    with pytest.raises(ValueError, match="which"):
+        pipeline.window_mean(curve, "middle")
+    with pytest.raises(ValueError, match="no 'previous' window"):
+        pipeline.window_mean(np.ones((1, 1)), "previous")
+
+
 def test_gates_per_seed_from_curves_and_the_untrained_check():
     u = np.arange(50, dtype=float)
     flat, falling = 4.0 + np.exp(-u), 10.0 - 0.1 * u
@@ -254,12 +267,12 @@ def test_gates_per_seed_from_curves_and_the_untrained_check():
 
 def test_learning_curve_monitor_is_each_runs_greedy_mean_jct(tiny):
     """The monitor behind ``curve_check_jct_h`` and ``converged``: per run, the greedy episode's mean JCT (h) over
-    the first ``n`` windows, computed by hand here from :func:`papers.maifs.train.evaluate`."""
+    the first ``n`` windows, computed by hand here from :func:`mlsys_repro.papers.maifs.train.evaluate`."""
     import jax
 
-    from common.repro.cache import RunCache
-    from papers.maifs.model import variant
-    from papers.maifs.train import Problem, TrainConfig, evaluate, make_train
+    from mlsys_repro.common.repro.cache import RunCache
+    from mlsys_repro.papers.maifs.model import variant
+    from mlsys_repro.papers.maifs.train import Problem, TrainConfig, evaluate, make_train
     from tests.papers.maifs.test_env_model import ECFG, windows
 
     spec, cl, sm, md = tiny
@@ -287,7 +300,7 @@ def test_learning_curve_monitor_is_each_runs_greedy_mean_jct(tiny):
 
 
 def test_best_baseline_is_the_best_heuristic_per_metric_and_the_boundary_is_the_gain_over_it():
-    from papers.maifs.experiments import best_baseline_rows, boundary_rows
+    from mlsys_repro.papers.maifs.experiments import best_baseline_rows, boundary_rows
 
     rows = []
     for pol, jct, span in (("fifo", 5.0, 20.0), ("srtf", 3.0, 24.0), ("tetris", 4.0, 19.0), ("maifs", 2.0, 21.0),
@@ -314,7 +327,7 @@ def test_best_baseline_is_the_best_heuristic_per_metric_and_the_boundary_is_the_
 @pytest.mark.parametrize("exp", ["headline_philly", "headline_saturn", "load_sweep", "ablation"])
 @pytest.mark.parametrize("profile", ["smoke", "default"])
 def test_every_experiment_runs_on_equal_footing_and_disjoint_contended_windows(exp, profile):
-    from common.repro.config import compose, experiment_node
+    from mlsys_repro.common.repro.config import compose, experiment_node
 
     node = experiment_node(compose([f"experiment=maifs/{exp}", f"profile={profile}"]))
     p = MaifsParams(**node.params)

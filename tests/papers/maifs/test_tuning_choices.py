@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from common.repro.config import policy_node
-from papers.maifs.experiments import pick_grid_point
-from papers.maifs.schemas import MaifsParams
+from mlsys_repro.common.repro.config import policy_node
+from mlsys_repro.papers.maifs.experiments import pick_grid_point
+from mlsys_repro.papers.maifs.schemas import MaifsParams
 from tests.conftest import ROOT
 
 FAMILIES = {"maifs": ("maifs", "maifs_no_attention", "maifs_no_cg", "maifs_fixed_alloc", "maifs_untrained"),

@@ -9,7 +9,7 @@ from tests.conftest import DATA
 
 @pytest.fixture(scope="session")
 def task():
-    from papers.petrel.engine import load_task
+    from mlsys_repro.papers.petrel.engine import load_task
 
     return load_task("mnist", DATA, model="mlp", hidden=16, n_train=1024, n_test=200, probe_size=64)
 
@@ -17,10 +17,10 @@ def task():
 @pytest.fixture
 def make_sim(task):
     """``make_sim(policy, hw=..., seed=..., **sim_kw) -> (sim, engine)`` for a SyncPolicy on the tiny task."""
-    from papers.petrel.engine import GradEngine
-    from papers.petrel.protocols import make_protocol
-    from papers.petrel.schemas import PSClusterHardware
-    from papers.petrel.sim import PSSim
+    from mlsys_repro.papers.petrel.engine import GradEngine
+    from mlsys_repro.papers.petrel.protocols import make_protocol
+    from mlsys_repro.papers.petrel.schemas import PSClusterHardware
+    from mlsys_repro.papers.petrel.sim import PSSim
 
     def build(policy, hw: PSClusterHardware | None = None, seed: int = 0, mode: str = "vmap", agent=None, **kw):
         hw = hw or PSClusterHardware(name="t", num_workers=6, class_speeds=[1.0, 0.5, 0.25])
@@ -35,6 +35,6 @@ def make_sim(task):
 
 
 def run(sim, engine) -> None:
-    from papers.petrel.sim import run_batch
+    from mlsys_repro.papers.petrel.sim import run_batch
 
     run_batch([sim], engine)

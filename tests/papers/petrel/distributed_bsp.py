@@ -1,8 +1,8 @@
 """The real-engine path: BSP steps run as ``jax.distributed`` processes (one worker per process, gloo all-reduce).
 
-``bsp_worker`` is a :func:`common.collectives.distributed.launch` target. Process ``i`` plays worker ``i`` of the
-simulator: it draws the same mini-batches (:class:`papers.petrel.sim.ShardSampler` with the same seed), computes
-its gradient with the same compiled function, all-reduces the gradients (``psum``) and applies
+``bsp_worker`` is a :func:`mlsys_repro.common.collectives.distributed.launch` target. Process ``i`` plays worker ``i``
+of the simulator: it draws the same mini-batches (:class:`mlsys_repro.papers.petrel.sim.ShardSampler` with the same
+seed), computes its gradient with the same compiled function, all-reduces the gradients (``psum``) and applies
 ``w <- w - (lr / N) * sum_i g_i`` on the host, exactly as the simulated PS does. With two processes the float32
 sum is order-independent, so the parameters must match the simulator's BSP run bit for bit.
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from papers.petrel.engine import GradEngine, load_task, single_gradient
-from papers.petrel.schemas import PSClusterHardware
-from papers.petrel.sim import PSSim, ShardSampler
+from mlsys_repro.papers.petrel.engine import GradEngine, load_task, single_gradient
+from mlsys_repro.papers.petrel.schemas import PSClusterHardware
+from mlsys_repro.papers.petrel.sim import PSSim, ShardSampler
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def bsp_worker(ctx, job: BSPJob) -> dict[str, Any]:
 
 def simulated_bsp(job: BSPJob, num_workers: int) -> np.ndarray:
     """Parameters after ``job.steps`` BSP rounds of the discrete-event simulator (same seeds)."""
-    from papers.petrel.protocols import AllInOne
+    from mlsys_repro.papers.petrel.protocols import AllInOne
 
     task = _task(job)
     engine = GradEngine(task, mode=job.mode)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from papers.petrel.a3c import (
+from mlsys_repro.papers.petrel.a3c import (
     Learner,
     SharedAgent,
     TrainLog,
@@ -21,7 +21,7 @@ from papers.petrel.a3c import (
     progress_reward,
     train_conditions,
 )
-from papers.petrel.schemas import A3CConfig, PSClusterHardware, SyncPolicy
+from mlsys_repro.papers.petrel.schemas import A3CConfig, PSClusterHardware, SyncPolicy
 
 
 @pytest.mark.parametrize("n", [1, 2, 4, 8, 16, 64])
@@ -66,8 +66,8 @@ def test_n_step_returns_known_answer(monkeypatch):
         seen["ret"] = np.asarray(ret)
         return {k: jnp.zeros_like(v) for k, v in params.items()}, 0.0, (0.0, 0.0, 0.0)
 
-    monkeypatch.setattr("papers.petrel.a3c.a3c_grads", fake_grads)
-    monkeypatch.setattr("papers.petrel.a3c.forward", lambda p, x, xp=np: (np.zeros(2), np.asarray(4.0)))
+    monkeypatch.setattr("mlsys_repro.papers.petrel.a3c.a3c_grads", fake_grads)
+    monkeypatch.setattr("mlsys_repro.papers.petrel.a3c.forward", lambda p, x, xp=np: (np.zeros(2), np.asarray(4.0)))
     lr = Learner(agent, 0, np.random.default_rng(0))
     x = np.zeros(feature_dim(2), np.float32)
     lr.step(x, None, 2)
@@ -129,10 +129,10 @@ def test_arms_differ():
 
 
 def test_actors_learn_asynchronously_on_shared_parameters(task):
-    from papers.petrel.a3c import train_a3c
-    from papers.petrel.batch_runs import training_hardware
-    from papers.petrel.engine import GradEngine
-    from papers.petrel.sim import PSSim
+    from mlsys_repro.papers.petrel.a3c import train_a3c
+    from mlsys_repro.papers.petrel.batch_runs import training_hardware
+    from mlsys_repro.papers.petrel.engine import GradEngine
+    from mlsys_repro.papers.petrel.sim import PSSim
 
     cfg = A3CConfig(actors=3, episodes=4, episode_decisions=4, t_max=2, hidden=8, train_workers=[4, 6],
                     train_speed_ratios=[4.0], train_link_gbps=[1.0])
@@ -160,8 +160,8 @@ def test_actors_learn_asynchronously_on_shared_parameters(task):
 
 
 def test_agent_key_ignores_class_layout_and_link_rate():
-    from papers.petrel.batch_runs import _agent_key, training_hardware
-    from papers.petrel.schemas import PetrelParams
+    from mlsys_repro.papers.petrel.batch_runs import _agent_key, training_hardware
+    from mlsys_repro.papers.petrel.schemas import PetrelParams
 
     pol = SyncPolicy(name="casp", kind="casp", a3c=A3CConfig(train_link_gbps=[1.0, 10.0]))
     params = PetrelParams()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from papers.petrel.communities import dispersion_profile, kmeans_1d, random_groups
+from mlsys_repro.papers.petrel.communities import dispersion_profile, kmeans_1d, random_groups
 
 
 def _sse(x, groups):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common.collectives.distributed import hostname_is_loopback, launch
+from mlsys_repro.common.collectives.distributed import hostname_is_loopback, launch
 from tests.conftest import DATA
 from tests.papers.petrel.distributed_bsp import BSPJob, simulated_bsp
 

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from papers.petrel.engine import GradEngine, single_gradient
+from mlsys_repro.papers.petrel.engine import GradEngine, single_gradient
 
 
 def _requests(task, k, seed=0):

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from common.repro import metric_rows
-from papers.petrel.experiments import _derived
-from papers.petrel.schemas import SyncPolicy
+from mlsys_repro.common.repro import metric_rows
+from mlsys_repro.papers.petrel.experiments import _derived
+from mlsys_repro.papers.petrel.schemas import SyncPolicy
 
 
 def test_best_and_mean_noncommunity():
@@ -35,13 +35,13 @@ def test_best_and_mean_noncommunity():
 
 
 def _res(policy, seed, t, decisions=()):
-    from papers.petrel.batch_runs import RunResult
+    from mlsys_repro.papers.petrel.batch_runs import RunResult
 
     return RunResult(policy, seed, {"time_to_target_s": t}, [], list(decisions))
 
 
 def test_best_k_is_picked_on_tuning_runs_only():
-    from papers.petrel.experiments import pick_best_k
+    from mlsys_repro.papers.petrel.experiments import pick_best_k
 
     tuning = [_res("tuning_casp_k1", 1000, 9.0), _res("tuning_casp_k1", 1001, 11.0),
               _res("tuning_casp_k4", 1000, 6.0), _res("tuning_casp_k4", 1001, 8.0),
@@ -52,8 +52,8 @@ def test_best_k_is_picked_on_tuning_runs_only():
 
 
 def test_gate_rows_arms_differ_and_converged():
-    from papers.petrel.a3c import TrainLog
-    from papers.petrel.experiments import _gate_rows
+    from mlsys_repro.papers.petrel.a3c import TrainLog
+    from mlsys_repro.papers.petrel.experiments import _gate_rows
 
     log = TrainLog()  # no complete chunk -> converged 0
     agent = SimpleNamespace(log=log, conditions=[(16, 1.0, 1.0), (16, 4.0, 1.0)])

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import yaml
 
-from common.traces.errors import TraceFormatError
-from papers.petrel.calibrate import fit, fit_pai, load_pai_minibatch
-from papers.petrel.hardware import ComputeModel, assign_classes, prior_groups, with_speed_ratio
-from papers.petrel.schemas import PSClusterHardware
+from mlsys_repro.common.traces.errors import TraceFormatError
+from mlsys_repro.papers.petrel.calibrate import fit, fit_pai, load_pai_minibatch
+from mlsys_repro.papers.petrel.hardware import ComputeModel, assign_classes, prior_groups, with_speed_ratio
+from mlsys_repro.papers.petrel.schemas import PSClusterHardware
 from tests.conftest import DATA, ROOT
 
 
@@ -98,7 +98,7 @@ def test_malformed_trace_names_file_line_field(tmp_path):
 
 @pytest.mark.parametrize("name", ["ps_4class_resnet50_10gbe", "ps_gavel_resnet50_10gbe"])
 def test_resnet50_profiles_follow_the_timing_model(name):
-    from common.timing import MODELS, effective_flops_per_s, step_time_s
+    from mlsys_repro.common.timing import MODELS, effective_flops_per_s, step_time_s
 
     cfg = yaml.safe_load((ROOT / "conf" / "hardware" / f"{name}.yaml").read_text())
     m = MODELS[cfg["workload"]]()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from common.repro.config import compose
-from common.repro.errors import ConfigError
+from mlsys_repro.common.repro.config import compose
+from mlsys_repro.common.repro.errors import ConfigError
 
 HEADLINE = ["experiment=petrel/heterogeneity", "profile=smoke"]
 
@@ -56,8 +56,8 @@ def test_bad_policy_rejected_at_compose(override, match):
 
 
 def test_sweep_to_fewer_workers_than_communities_fails_clearly():
-    from papers.petrel.hardware import with_workers
-    from papers.petrel.schemas import PSClusterHardware
+    from mlsys_repro.papers.petrel.hardware import with_workers
+    from mlsys_repro.papers.petrel.schemas import PSClusterHardware
 
     hw = PSClusterHardware(name="x", num_workers=8)  # 4 speed classes -> 4 prior communities
     assert with_workers(hw, 4).num_workers == 4
@@ -66,8 +66,8 @@ def test_sweep_to_fewer_workers_than_communities_fails_clearly():
 
 
 def test_fixed_k_policy_with_more_communities_than_workers_fails():
-    from papers.petrel.protocols import make_protocol
-    from papers.petrel.schemas import SyncPolicy
+    from mlsys_repro.papers.petrel.protocols import make_protocol
+    from mlsys_repro.papers.petrel.schemas import SyncPolicy
 
     pol = SyncPolicy(name="c", kind="casp", grouping="kmeans", num_communities=9)
     with pytest.raises(ValueError, match="more communities than workers"):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from papers.petrel.schemas import PSClusterHardware, SyncPolicy
+from mlsys_repro.papers.petrel.schemas import PSClusterHardware, SyncPolicy
 from tests.papers.petrel.conftest import run
 
 POLICIES = {
@@ -155,8 +155,8 @@ def test_bsp_numerics_do_not_depend_on_timing(make_sim):
 
 
 def test_asp_single_worker_is_sequential_sgd(make_sim, task):
-    from papers.petrel.engine import single_gradient
-    from papers.petrel.sim import ShardSampler
+    from mlsys_repro.papers.petrel.engine import single_gradient
+    from mlsys_repro.papers.petrel.sim import ShardSampler
 
     hw = PSClusterHardware(name="one", num_workers=1, class_speeds=[1.0])
     sim, engine = make_sim(POLICIES["asp"], hw=hw, seed=5, max_updates=3, max_time_s=1e9, mode="map")
@@ -217,7 +217,7 @@ def test_dssp_controller_known_answer():
     4 s, so it next pushes at 14. From now = 11, r = 3 more iterations lands exactly on 14 (within s_U - gap)."""
     from types import SimpleNamespace
 
-    from papers.petrel.protocols import DSSPGate
+    from mlsys_repro.papers.petrel.protocols import DSSPGate
 
     gate = DSSPGate(low=2, high=8)
     sim = SimpleNamespace(now=0.0, clock=np.array([0, 0]))
@@ -239,7 +239,7 @@ def test_dssp_controller_known_answer():
 def test_traffic_per_tier_is_conserved(make_sim, kind):
     """Per tier, bytes leaving senders = bytes arrived + bytes in flight; the PS tier is exactly the PS NIC's bytes,
     the leader tier exactly the worker<->worker bytes; a realistic payload replaces the proxy's size."""
-    from papers.petrel.sim import TIERS
+    from mlsys_repro.papers.petrel.sim import TIERS
 
     pol = {"casp_kmeans": SyncPolicy(name="c", kind="casp", grouping="kmeans", num_communities=2),
            "bsp": SyncPolicy(name="b", kind="bsp"), "asp": SyncPolicy(name="a", kind="asp")}[kind]

@@ -1,10 +1,11 @@
-"""common/timing.py: parameters, FLOPs and bytes of layer stacks against hand-computed and published values."""
+"""mlsys_repro/common/timing.py: parameters, FLOPs and bytes of layer stacks against hand-computed and published
+values."""
 
 from __future__ import annotations
 
 import pytest
 
-from common.timing import (
+from mlsys_repro.common.timing import (
     GAVEL_RESNET50_STEPS_PER_S,
     Stack,
     comm_compute_ratio,

@@ -2,8 +2,9 @@
 
 It advances every flow one 8 ms quantum at a time and recomputes rates exactly when coflowsim does (admission at
 epoch boundaries, any coflow departure), with the same floating-point thresholds (``ZERO = 1e-3``) and visit
-orders. The jit-compiled event-driven simulator in :mod:`papers.swallow.sim` must give the same coflow completion
-times; tests compare the two on small real and random instances. Policies: fifo, scf, ncf, lcf, sebf, dark, fair.
+orders. The jit-compiled event-driven simulator in :mod:`mlsys_repro.papers.swallow.sim` must give the same coflow
+completion times; tests compare the two on small real and random instances. Policies: fifo, scf, ncf, lcf, sebf, dark,
+fair.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from papers.swallow.flows import FlowTable
+from mlsys_repro.papers.swallow.flows import FlowTable
 
 ZERO = 1e-3
 # DARK moves a coflow past a queue threshold only when its bytes sent exceed it by more than this fraction (0.01 B

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from common.traces import TraceFormatError, load_coflow_trace, parse_coflow_text
-from papers.swallow.flows import MIB, Conventions, build_flow_table, varys_bin
-from papers.swallow.javarand import JavaRandom
+from mlsys_repro.common.traces import TraceFormatError, load_coflow_trace, parse_coflow_text
+from mlsys_repro.papers.swallow.flows import MIB, Conventions, build_flow_table, varys_bin
+from mlsys_repro.papers.swallow.javarand import JavaRandom
 
 TINY = """4 3
 7 500 2 3 1 1 0:5

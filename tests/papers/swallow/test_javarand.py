@@ -2,7 +2,7 @@
 
 import pytest
 
-from papers.swallow.javarand import JavaRandom
+from mlsys_repro.papers.swallow.javarand import JavaRandom
 
 # new Random(17).nextDouble() x 8 (coflowsim's deadlineMult stream)
 R17_DOUBLES = [0.7323115139597316, 0.6973704783607497, 0.08295611145017068, 0.8162364511057306,

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.traces import parse_coflow_text
-from common.traces.errors import TraceFormatError
-from papers.swallow import codecs, cpuload, jobs
-from papers.swallow.flows import build_flow_table
-from papers.swallow.predictor import ewma_predict, windows
+from mlsys_repro.common.traces import parse_coflow_text
+from mlsys_repro.common.traces.errors import TraceFormatError
+from mlsys_repro.papers.swallow import codecs, cpuload, jobs
+from mlsys_repro.papers.swallow.flows import build_flow_table
+from mlsys_repro.papers.swallow.predictor import ewma_predict, windows
 from tests.conftest import DATA
 
 
@@ -162,7 +162,7 @@ def test_disk_stages_known_answer_and_compression_gains_more_in_jct_than_in_cct(
 def test_forecaster_is_picked_on_the_validation_split_only():
     import jax
 
-    from papers.swallow.predictor import GruConfig, Trained, make_train, pick_by_error, select_on_validation
+    from mlsys_repro.papers.swallow.predictor import GruConfig, Trained, make_train, pick_by_error, select_on_validation
 
     assert pick_by_error({"last": {"mae": 1.0}, "ewma": {"mae": 0.5}, "gru": {"mae": 0.7}}) == "ewma"
     assert pick_by_error({"last": {"mae": 0.5}, "ewma": {"mae": 0.5}, "gru": {"mae": 0.5}}) == "last"  # simplest

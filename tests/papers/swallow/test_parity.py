@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.traces import load_coflow_trace
-from papers.swallow import sim
-from papers.swallow.experiments import coflowsim_reference, parity_metrics
-from papers.swallow.flows import Conventions, build_flow_table
+from mlsys_repro.common.traces import load_coflow_trace
+from mlsys_repro.papers.swallow import sim
+from mlsys_repro.papers.swallow.experiments import coflowsim_reference, parity_metrics
+from mlsys_repro.papers.swallow.flows import Conventions, build_flow_table
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 KIND = {"aalo": "dark", "fair": "fair"}

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from common.traces import parse_coflow_text
-from papers.swallow import sim
-from papers.swallow.flows import MIB, build_flow_table
+from mlsys_repro.common.traces import parse_coflow_text
+from mlsys_repro.papers.swallow import sim
+from mlsys_repro.papers.swallow.flows import MIB, build_flow_table
 from tests.papers.swallow.reference import simulate_reference
 
 P = 150  # the FB fabric's port count, so every test shares the experiments' compiled programs

@@ -1,1 +1,0 @@
-"""Paper-agnostic core shared by every reproduction in `papers/`."""

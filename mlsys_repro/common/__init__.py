@@ -1,0 +1,1 @@
+"""Paper-agnostic core shared by every reproduction in `mlsys_repro/papers/`."""

@@ -1,0 +1,134 @@
+"""Claims checker: paper claims (``mlsys_repro/papers/<key>/claims.yaml``) against measured long-format result CSVs.
+
+``check`` writes ``results/<paper>/claims.md`` + ``claims.csv``, ``results/SUMMARY.md`` and the reviewer's page
+``results/index.html`` (:mod:`mlsys_repro.common.repro.site`).
+
+Three parts: :mod:`.schema` (the claims file format), :mod:`.evaluate` (effects, CIs and the verdict rules) and
+:mod:`.report` (claims.md / claims.csv / SUMMARY.md). Command line::
+
+    python -m mlsys_repro.common.repro.claims [PAPER ...] [--results-dir DIR]  # recheck papers, rewrite their reports
+    python -m mlsys_repro.common.repro.claims --claims FILE.yaml --csv-dir DIR --out VERDICTS.csv
+        # any claims file against any folder of <experiment>.csv files; needs nothing else of the repository
+
+Exit status: 0 on success, 2 on bad input (unknown paper, malformed claims file, unreadable CSV).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from mlsys_repro.common.repro.claims.evaluate import VERDICTS, Verdict, classify, evaluate, evaluate_all
+from mlsys_repro.common.repro.claims.report import (
+    paper_markdown,
+    summary_markdown,
+    verdict_frame,
+    write_paper_report,
+    write_summary,
+)
+from mlsys_repro.common.repro.claims.schema import CLASSES, DEFAULT_TOLERANCE, KINDS, Claim, load_claims, parse_claims
+from mlsys_repro.common.repro.errors import ClaimsSchemaError, ConfigError, did_you_mean
+from mlsys_repro.common.repro.stats import mean_ci
+
+__all__ = [
+    "CLASSES", "DEFAULT_TOLERANCE", "KINDS", "VERDICTS", "Claim", "Verdict", "check", "check_file", "check_paper",
+    "classify", "evaluate", "evaluate_all", "load_claims", "main", "mean_ci", "paper_markdown", "parse_claims",
+    "summary_markdown", "verdict_frame",
+]
+
+
+def read_frames(csv_dir: Path, experiments: Sequence[str]) -> dict[str, pd.DataFrame | None]:
+    """``{experiment: rows}`` from ``<csv_dir>/<experiment>.csv`` (``None`` where the file is absent)."""
+    out: dict[str, pd.DataFrame | None] = {}
+    for e in dict.fromkeys(experiments):
+        p = Path(csv_dir) / f"{e}.csv"
+        if not p.exists():
+            out[e] = None
+            continue
+        try:
+            out[e] = pd.read_csv(p)
+        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+            raise ClaimsSchemaError(f"{p}: cannot read as CSV ({type(err).__name__}: {err})") from None
+    return out
+
+
+def check_file(claims_path: Path, csv_dir: Path) -> tuple[str, list[Verdict]]:
+    """Evaluate a claims file against the CSVs of one folder: ``(paper, verdicts)``."""
+    paper, claims = load_claims(claims_path)
+    return paper, evaluate_all(claims, read_frames(csv_dir, [c.experiment for c in claims]), paper)
+
+
+def check_paper(paper: str, claims_path: Path, results_dir: Path) -> list[Verdict]:
+    """Verdicts of one paper's claims against ``<results_dir>/<paper>/*.csv``."""
+    _, claims = load_claims(claims_path)
+    return evaluate_all(claims, read_frames(Path(results_dir) / paper, [c.experiment for c in claims]), paper)
+
+
+def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, conf_dir: Path | None = None,
+          quiet: bool = False, profile: str = "default") -> dict[str, list[Verdict]]:
+    """Check the claims of ``mlsys_repro.papers`` (all by default), write their claims.md/csv and the summary of every
+    paper found in ``results_dir``. Freshness is judged against ``profile``'s runs."""
+    import importlib
+
+    from mlsys_repro.common.repro.config import compose, papers_in_conf
+    from mlsys_repro.common.repro.status import paper_status
+
+    cfg = compose([], conf_dir=conf_dir)
+    results_dir = Path(results_dir or cfg.paths.results_dir)
+    available = papers_in_conf(cfg.paths.conf_dir)
+    wanted = list(papers) if papers else available
+    unknown = [p for p in wanted if p not in available]
+    if unknown:
+        raise ConfigError(did_you_mean("paper", unknown, available))
+    everything: dict[str, list[Verdict]] = {}
+    fresh: dict[str, dict[str, str]] = {}
+    titles: dict[str, str] = {}
+    for paper in available:
+        pcfg = compose([f"paper={paper}"], conf_dir=conf_dir).paper
+        path = Path(importlib.import_module(pcfg.module).__file__).parent / pcfg.claims
+        if not path.exists():
+            continue
+        everything[paper] = check_paper(paper, path, results_dir)
+        titles[paper] = str(pcfg.title)
+        fresh[paper] = {e: f.line() for e, f in paper_status(paper, results_dir, profile, conf_dir).items()}
+        if paper in wanted:
+            write_paper_report(paper, pcfg.title, everything[paper], results_dir, fresh[paper])
+            if not quiet:
+                for v in everything[paper]:
+                    print(f"  {paper}/{v.claim.id} [{v.claim.cls}]: {v.shown}  {v.measured()}  {v.note}")
+    write_summary(everything, results_dir, fresh)
+    from mlsys_repro.common.repro.site import write_site
+
+    write_site(results_dir, everything, fresh, titles)
+    return everything
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mlsys_repro.common.repro.claims", description=__doc__.split("\n\n")[0])
+    ap.add_argument("papers", nargs="*", help="paper keys (default: all)")
+    ap.add_argument("--results-dir", type=Path, default=None, help="results folder (default: results/)")
+    ap.add_argument("--claims", type=Path, default=None, help="a claims file to check on its own (with --csv-dir)")
+    ap.add_argument("--csv-dir", type=Path, default=None, help="folder of <experiment>.csv for --claims")
+    ap.add_argument("--out", type=Path, default=None, help="write the verdict table (CSV) here (with --claims)")
+    args = ap.parse_args(argv)
+    try:
+        if args.claims is not None or args.csv_dir is not None:
+            if args.claims is None or args.csv_dir is None or args.papers:
+                ap.error("--claims and --csv-dir go together, without paper names")
+            paper, verdicts = check_file(args.claims, args.csv_dir)
+            frame = verdict_frame(verdicts)[["claim", "verdict", "mean", "lo", "hi", "n", "note"]]
+            if args.out:
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                frame.to_csv(args.out, index=False)
+            else:
+                frame.to_csv(sys.stdout, index=False)
+            return 0
+        check(args.papers or None, args.results_dir)
+    except (ClaimsSchemaError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

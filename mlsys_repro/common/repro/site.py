@@ -1,0 +1,223 @@
+"""The reviewer's page: ``results/index.html``, one self-contained file (no network) next to the results.
+
+A front table of every claim (paper, class, claim, paper value, measured mean [CI], n, verdict, freshness),
+filterable by paper, class and verdict; then one section per paper with, for each experiment, the claims it
+decides, its figures (linked relatively, so the page works from a fresh clone or a copied ``results/`` folder), the
+exact command that regenerates it, its CSV and its provenance (commit, profile, seeds, code fingerprint, date,
+wall time: the experiment's manifest); each paper section opens with a "paper vs ours" table of the claims for
+which the paper gives a number. Written by ``python -m mlsys_repro.common.repro.report`` (=
+``python -m mlsys_repro.common.repro.claims``) and ``./reproduce.sh``.
+
+An experiment's figures are the ones its manifest lists (``figures``, recorded by the runner), else the files
+``<experiment>_*.png`` that belong to no longer experiment name (``accuracy_*`` is not ``accuracy_cifar10_*``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from mlsys_repro.common.repro.claims.evaluate import Verdict, _fmt
+from mlsys_repro.common.repro.claims.report import VERDICT_MEANING
+from mlsys_repro.common.repro.results import atomic_write_bytes
+
+_CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#222}
+table{border-collapse:collapse;width:100%;margin:.6em 0}th,td{border:1px solid #ccc;padding:3px 6px;
+vertical-align:top;text-align:left}th{background:#f2f2f2}code{font-size:12px}
+.badge{font-weight:600;padding:1px 6px;border-radius:3px;white-space:nowrap}
+.REPRODUCED,.PASS{background:#c8f0c8}.DIRECTION_ONLY{background:#fde9b0}.NOT_REPRODUCED,.FAIL{background:#f6c6c6}
+.INCONCLUSIVE{background:#dcdcf4}.SKIPPED{background:#e6e6e6}.stale,.missing,.incomplete{color:#a40}
+figure{display:inline-block;margin:.4em}figure img{max-width:540px;border:1px solid #ddd}
+.controls label{margin-right:1.2em}.muted{color:#666}caption{text-align:left;font-weight:600;padding:2px 0}
+"""
+
+_JS = """
+function applyFilter(){
+  var p=document.getElementById('f-paper').value, c=document.getElementById('f-class').value,
+      v=document.getElementById('f-verdict').value, shown=0;
+  document.querySelectorAll('#claims tbody tr').forEach(function(tr){
+    var ok=(!p||tr.dataset.paper===p)&&(!c||tr.dataset.cls===c)&&(!v||tr.dataset.verdict===v);
+    tr.style.display=ok?'':'none'; if(ok){shown++;}
+  });
+  document.getElementById('shown').textContent=shown;
+}
+document.addEventListener('DOMContentLoaded',function(){
+  ['f-paper','f-class','f-verdict'].forEach(function(id){
+    document.getElementById(id).addEventListener('change',applyFilter);});
+  applyFilter();
+});
+"""
+
+
+def _e(x: object) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _options(values: Sequence[str], label: str, ident: str) -> str:
+    opts = "".join(f'<option value="{_e(v)}">{_e(v)}</option>' for v in values)
+    return f'<label>{label} <select id="{ident}"><option value="">all</option>{opts}</select></label>'
+
+
+def _manifest(results_dir: Path, paper: str, exp: str) -> dict | None:
+    p = results_dir / paper / f"{exp}.manifest.json"
+    try:
+        return json.loads(p.read_text()) if p.exists() else None
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def regenerate_command(paper: str, exp: str) -> str:
+    """The command that reruns one experiment into ``results/`` and rechecks its claims (``--force``: even when its
+    stored result is fresh, which a plain run would keep)."""
+    return f"./reproduce.sh {paper} --only {exp} --force"
+
+
+def experiment_figures(paper_dir: Path, exp: str, experiments: Sequence[str], man: dict | None) -> list[Path]:
+    """The PNGs of ``exp`` in ``paper_dir``: those its manifest lists (when it lists any that exist), else
+    ``<exp>_*.png`` minus the figures of any other experiment whose name extends ``exp`` (``<exp>_<more>``)."""
+    listed = (man or {}).get("figures")
+    if isinstance(listed, list):
+        found = [paper_dir / str(n) for n in listed if (paper_dir / str(n)).is_file()]
+        if found:
+            return found
+    longer = [o for o in experiments if o != exp and o.startswith(exp + "_")]
+    return [f for f in sorted(paper_dir.glob(f"{exp}_*.png"))
+            if not any(f.name.startswith(o + "_") for o in longer)]
+
+
+def _paper_vs_ours(vs: Sequence[Verdict]) -> list[str]:
+    """The side-by-side table of the claims that state a number of the paper."""
+    rows = [v for v in vs if v.claim.paper_value is not None]
+    if not rows:
+        return ['<p class="muted">The paper gives no number that a claim here compares against (the claims are '
+                "directions or smallest effects; see the table of each experiment).</p>"]
+    out = ["<table class=\"pvo\"><caption>Paper vs ours: every claim for which the paper gives a number</caption>"
+           "<thead><tr><th>claim</th><th>source</th><th>paper</th><th>band counted as the paper's size</th>"
+           "<th>ours: mean [CI] (n)</th><th>verdict</th></tr></thead><tbody>"]
+    for v in rows:
+        c = v.claim
+        band = c.band()
+        band_s = "—" if band is None else f"[{_fmt(band[0])}, {_fmt(band[1])}]"
+        out.append(f'<tr><td><a href="#{_e(v.paper)}-{_e(c.experiment)}"><code>{_e(c.id)}</code></a> {_e(c.text)}'
+                   f"</td><td>{_e(c.source)}</td><td>{_e(_fmt(c.paper_value))}</td><td>{_e(band_s)}</td>"
+                   f'<td>{_e(v.measured())}</td><td><span class="badge {_e(v.shown)}">{_e(v.shown)}</span></td></tr>')
+    out.append("</tbody></table>")
+    return out
+
+
+def _provenance(man: dict | None) -> str:
+    if not man:
+        return '<span class="stale">no manifest (made before provenance was recorded)</span>'
+    seeds = man.get("seeds") or []
+    seed_s = f"{seeds[0]}..{seeds[-1]} ({len(seeds)})" if seeds else "-"
+    wall = man.get("wall_s")
+    wall_s = "-" if wall is None or (isinstance(wall, float) and math.isnan(wall)) else f"{float(wall):.0f} s"
+    return (f"commit <code>{_e(man.get('git_sha', '?'))}</code>, profile {_e(man.get('profile', '?'))}, seeds "
+            f"{_e(seed_s)}, code <code>{_e(man.get('code_hash', '?'))}</code>, config "
+            f"<code>{_e(man.get('config_hash', '?'))}</code>, finished {_e(man.get('finished_utc', '?'))}, "
+            f"wall {_e(wall_s)}, {_e(man.get('rows', '?'))} rows")
+
+
+def _row(v: Verdict, fresh: str) -> str:
+    c = v.claim
+    pv = "—" if c.paper_value is None else _fmt(c.paper_value)
+    state = fresh.split(":")[0] if fresh else "?"
+    return (f'<tr data-paper="{_e(v.paper)}" data-cls="{_e(c.cls)}" data-verdict="{_e(v.shown)}">'
+            f'<td><a href="#{_e(v.paper)}">{_e(v.paper)}</a></td><td>{_e(c.cls)}</td>'
+            f'<td><a href="#{_e(v.paper)}-{_e(c.experiment)}"><code>{_e(c.id)}</code></a> {_e(c.text)}</td>'
+            f'<td>{_e(c.source)}</td><td>{_e(pv)}</td><td>{_e(v.measured())}</td><td>{v.n}</td>'
+            f'<td><span class="badge {_e(v.shown)}">{_e(v.shown)}</span></td>'
+            f'<td class="{_e(state)}" title="{_e(fresh)}">{_e(state)}</td></tr>')
+
+
+def default_papers_dir() -> Path | None:
+    """The checkout's ``mlsys_repro/papers/`` (the page links ``../mlsys_repro/papers/<paper>/README.md``, which
+    resolves from the checkout's ``results/``); ``None`` when installed from a wheel, where no such sibling folder
+    exists."""
+    from mlsys_repro.common.repro.schema import installed, repo_root
+
+    return None if installed() else Path(repo_root()) / "mlsys_repro" / "papers"
+
+
+def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
+              freshness: Mapping[str, Mapping[str, str]], titles: Mapping[str, str] | None = None,
+              papers_dir: Path | None | str = "default") -> str:
+    """The page for the verdicts and the result files under ``results_dir`` (links relative to it). A paper's
+    README is linked as ``../mlsys_repro/papers/<paper>/README.md`` when it exists under ``papers_dir`` (default: the
+    checkout's); the page's bytes do not depend on where ``results_dir`` is."""
+    results_dir = Path(results_dir)
+    papers_dir = default_papers_dir() if papers_dir == "default" else (Path(papers_dir) if papers_dir else None)
+    titles = titles or {}
+    everything = [v for vs in all_verdicts.values() for v in vs]
+    verdict_names = sorted({v.shown for v in everything})
+    head = (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Claims vs measured results"
+            f"</title><style>{_CSS}</style><script>{_JS}</script></head><body>")
+    out = [head, "<h1>Claims vs measured results</h1>",
+           f"<p>{_e(VERDICT_MEANING)}</p>",
+           "<p class=\"muted\">Every row links to its experiment below: figures, the command that regenerates it, "
+           "its CSV and where its numbers came from. Measured: mean [95 % CI] over seeds (Bonferroni for "
+           "\"up to\" claims, level shown). Result file: fresh / stale / missing / incomplete "
+           "(<code>./reproduce.sh --status</code>).</p>",
+           '<div class="controls">', _options(sorted(all_verdicts), "paper", "f-paper"),
+           _options(["headline", "secondary", "check"], "class", "f-class"),
+           _options(verdict_names, "verdict", "f-verdict"),
+           f'<span class="muted"><span id="shown">{len(everything)}</span> of {len(everything)} claims shown'
+           "</span></div>",
+           '<table id="claims"><thead><tr><th>paper</th><th>class</th><th>claim</th><th>source</th>'
+           "<th>paper value</th><th>measured</th><th>n</th><th>verdict</th><th>result file</th></tr></thead><tbody>"]
+    for paper, vs in sorted(all_verdicts.items()):
+        out += [_row(v, freshness.get(paper, {}).get(v.claim.experiment, "")) for v in vs]
+    out.append("</tbody></table>")
+    for paper, vs in sorted(all_verdicts.items()):
+        out.append(f'<h2 id="{_e(paper)}">{_e(paper)}</h2>')
+        if titles.get(paper):
+            out.append(f"<p>{_e(titles[paper])}</p>")
+        md = (f'<a href="{_e(paper)}/claims.md">{_e(paper)}/claims.md</a>'
+              if (results_dir / paper / "claims.md").exists() else f"<code>{_e(paper)}/claims.md</code>")
+        readme = papers_dir / paper / "README.md" if papers_dir else None
+        rd = (f'<a href="../mlsys_repro/papers/{_e(paper)}/README.md">mlsys_repro/papers/{_e(paper)}/README.md</a>'
+              if readme and readme.is_file() else f"<code>mlsys_repro/papers/{_e(paper)}/README.md</code>")
+        out.append(f"<p>All claims with notes: {md}; the paper's tables next to ours, with the setup: {rd}.</p>")
+        out += _paper_vs_ours(vs)
+        exps = list(dict.fromkeys([v.claim.experiment for v in vs] + sorted(freshness.get(paper, {}))))
+        for exp in exps:
+            out.append(f'<h3 id="{_e(paper)}-{_e(exp)}">{_e(paper)}/{_e(exp)}</h3>')
+            fresh = freshness.get(paper, {}).get(exp, "?")
+            csv = results_dir / paper / f"{exp}.csv"
+            csv_link = (f'<a href="{_e(paper)}/{_e(exp)}.csv">{_e(exp)}.csv</a>' if csv.exists()
+                        else '<span class="missing">no result file</span>')
+            man = _manifest(results_dir, paper, exp)
+            out.append(f"<p>Regenerate: <code>{_e(regenerate_command(paper, exp))}</code> "
+                       "<span class=\"muted\">(without --force a fresh result is kept)</span> &middot; "
+                       f"{csv_link} &middot; result file: <span class=\"{_e(fresh.split(':')[0])}\">{_e(fresh)}"
+                       f"</span><br>Provenance: {_provenance(man)}</p>")
+            mine = [v for v in vs if v.claim.experiment == exp]
+            if mine:
+                out.append("<table><thead><tr><th>claim</th><th>class</th><th>paper value</th><th>measured</th>"
+                           "<th>verdict</th><th>note</th></tr></thead><tbody>")
+                for v in mine:
+                    pv = "—" if v.claim.paper_value is None else _fmt(v.claim.paper_value)
+                    out.append(f"<tr><td><code>{_e(v.claim.id)}</code> {_e(v.claim.text)}</td><td>"
+                               f"{_e(v.claim.cls)}</td><td>{_e(pv)}</td><td>{_e(v.measured())}</td>"
+                               f'<td><span class="badge {_e(v.shown)}">{_e(v.shown)}</span></td>'
+                               f"<td>{_e(v.note)}</td></tr>")
+                out.append("</tbody></table>")
+            for fig in experiment_figures(results_dir / paper, exp, exps, man):
+                rel = f"{paper}/{fig.name}"
+                out.append(f'<figure><a href="{_e(rel)}"><img src="{_e(rel)}" alt="{_e(fig.stem)}" '
+                           f'loading="lazy"></a><figcaption>{_e(fig.name)}</figcaption></figure>')
+    out.append("</body></html>\n")
+    return "\n".join(out)
+
+
+def write_site(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
+               freshness: Mapping[str, Mapping[str, str]], titles: Mapping[str, str] | None = None,
+               papers_dir: Path | None | str = "default") -> Path:
+    """Write ``<results_dir>/index.html`` and return its path."""
+    path = Path(results_dir) / "index.html"
+    atomic_write_bytes(path, site_html(results_dir, all_verdicts, freshness, titles, papers_dir).encode())
+    return path

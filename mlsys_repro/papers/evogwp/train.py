@@ -1,0 +1,276 @@
+"""Training and batched prediction of any forecaster in :mod:`mlsys_repro.papers.evogwp.models`.
+
+``make_train(build, P, Q, cfg, context)`` returns ``train(key, arrays, train_origins, n_train, val_origins)``
+(batches are drawn from the first ``n_train`` origins, so origin lists can be padded to shared shapes): the
+whole loop is a ``lax.scan`` over rounds of ``eval_every`` steps (an inner ``lax.scan`` of optimiser steps)
+under one ``jit``, and it is ``vmap``-able over seeds; ``train.start`` / ``train.advance`` / ``train.finish``
+cut the same loop into equal jitted chunks so that long trainings checkpoint and resume bit-identically.
+Each step samples a batch of training windows, computes the masked MAE in the data's units (targets that are
+gaps or exactly 0 are dropped, as in the authors' code), clips the gradient norm and applies Adam with a
+multi-step learning-rate decay. After every round the validation masked MAE (no teacher forcing) is computed
+and the best parameters so far are kept; after ``patience`` rounds without a relative improvement of
+``min_delta`` (counted from the start, acted on only after the last learning-rate decay) the run stops (its
+state is frozen, so the loop keeps a fixed shape; once every seed has stopped the remaining rounds cost
+nothing).
+
+``make_predict(build, P, Q, context)`` returns ``predict(params, arrays, origins) -> [W, Q, N]`` forecasts in
+the data's units, batched with ``lax.map``. For EvoGWP, whose supports depend only on the context segments of
+a window, ``segment_grid`` + ``make_segment_predict`` give the same forecasts with the supports computed once
+per segment and shared by the windows whose origins lie in it (scoring every origin: 24 windows per segment at
+5 minutes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from mlsys_repro.common.graph.dcrnn import inverse_sigmoid_decay
+from mlsys_repro.papers.evogwp.arrays import Context, gather
+from mlsys_repro.papers.evogwp.schemas import TrainParams
+
+Build = Callable[[nnx.Rngs], nnx.Module]
+
+
+def graphdef_of(build: Build):
+    return nnx.split(nnx.eval_shape(lambda: build(nnx.Rngs(0))))[0]
+
+
+def init_params(build: Build, key: jax.Array):
+    return nnx.split(build(nnx.Rngs(key)))[1]
+
+
+def masked_mae(pred: jax.Array, y: jax.Array, mask: jax.Array) -> jax.Array:
+    return jnp.sum(jnp.abs(pred - y) * mask) / jnp.maximum(mask.sum(), 1.0)
+
+
+def bounds_of(cfg: TrainParams) -> list[int]:
+    """The steps at which the learning rate is multiplied by ``lr_gamma``."""
+    return sorted({int(round(m * cfg.steps)) for m in cfg.lr_milestones if 0 < m < 1})
+
+
+def make_step(build: Build, input_len: int, horizon: int, cfg: TrainParams, context: Context | None = None):
+    """``(tx, loss_fn, step)``: the optimiser, the masked-MAE loss and one optimiser step on a sampled batch.
+
+    ``step((params, opt_state, key), i, arrays, train_origins, n_train) -> (carry, loss)`` is exactly what the
+    training loop scans over (and what the benchmark times).
+    """
+    graphdef = graphdef_of(build)
+    bounds = {b: cfg.lr_gamma for b in bounds_of(cfg)}
+    tx = optax.chain(
+        optax.clip_by_global_norm(cfg.clip_norm),
+        optax.adam(optax.piecewise_constant_schedule(cfg.lr, bounds), eps=1e-8),
+    )
+
+    def loss_fn(params, batch, arrays, tp, key):
+        model = nnx.merge(graphdef, params)
+        pred = model(batch, teacher_prob=tp, key=key) * arrays["std"] + arrays["mean"]
+        return masked_mae(pred, batch["y"], batch["nz"])
+
+    def step(carry, i, arrays, train_origins, n_train):
+        p, st, k = carry
+        k, kb, kd = jax.random.split(k, 3)
+        idx = jax.random.randint(kb, (cfg.batch_size,), 0, n_train)
+        batch = gather(arrays, train_origins[idx], input_len, horizon, context)
+        tp = inverse_sigmoid_decay(i, cfg.cl_decay_steps)
+        loss, g = jax.value_and_grad(loss_fn)(p, batch, arrays, tp, kd)
+        upd, st = tx.update(g, st, p)
+        return (optax.apply_updates(p, upd), st, k), loss
+
+    return tx, loss_fn, step
+
+
+def improved(val: jax.Array, best_val: jax.Array, min_delta: float) -> jax.Array:
+    """Whether ``val`` improves on ``best_val`` by more than the relative ``min_delta`` (the patience rule)."""
+    return val < best_val * (1.0 - min_delta)
+
+
+def early_stopping_update(es, params, val, patience: int, min_delta: float, can_stop=True):
+    """One evaluation of early stopping: ``es = (best_params, best_val, bad_rounds, stopped)``.
+
+    Keeps ``params`` as the best when ``val < best_val``; counts a round as bad unless it improves on the best
+    by more than the relative ``min_delta``; stops after ``patience`` bad rounds in a row, but only where
+    ``can_stop`` (the training loop allows it once the learning-rate schedule has made its last decay, so a
+    noisy high-LR phase cannot end a run before the decay). A stopped ``es`` no longer changes (later evaluations
+    are ignored)."""
+    best, best_val, bad, stopped = es
+    better = val < best_val
+    new_best = jax.tree.map(lambda a, b: jnp.where(better, a, b), params, best)
+    new_bad = jnp.where(improved(val, best_val, min_delta), 0, bad + 1)
+    out = (new_best, jnp.minimum(val, best_val), new_bad, (new_bad >= patience) & can_stop)
+    return jax.tree.map(lambda f, o: jnp.where(stopped, f, o), es, out)
+
+
+def make_train(build: Build, input_len: int, horizon: int, cfg: TrainParams, context: Context | None = None):
+    """``train(key, arrays, train_origins, n_train, val_origins) -> (best_params, curves)`` in one ``lax.scan``.
+
+    Early stopping (the same rule for every learned model): after every round of ``eval_every`` steps the
+    validation masked MAE is computed; the parameters with the lowest one so far are kept (and returned); a
+    round that does not improve the best by more than the relative ``min_delta`` counts against ``patience``,
+    and after ``patience`` such rounds in a row training stops: the parameters, optimiser state and curves are
+    frozen for the remaining rounds (``stop_round`` records when). ``curves`` holds per round the mean training
+    loss, the validation masked MAE and whether the run was still training, plus ``best_val``, ``stopped`` and
+    ``rounds_run``.
+
+    The same loop is exposed in resumable pieces, for the shared driver (:mod:`mlsys_repro.common.repro.trainer`):
+    ``train.start(key, ...) -> state``, ``train.advance(state, ..., rounds) -> (state, (train_loss, val_mae,
+    active))`` (``rounds`` evaluation rounds of ``eval_every`` steps each) and ``train.finish(state, curves) ->
+    (best, curves)``; ``train.rounds`` is the total number of evaluation rounds. Advancing ``rounds`` in any
+    number of equal pieces computes exactly what one ``train`` call does. ``train.advance_seeds`` is
+    ``advance`` over a leading seed axis that skips a round's computation once every seed has stopped.
+    """
+    tx, loss_fn, step = make_step(build, input_len, horizon, cfg, context)
+    rounds = cfg.steps // cfg.eval_every
+    first_stop = max([0] + list(bounds_of(cfg)))  # no early stop before the last LR decay
+
+    def start(key, arrays, train_origins, n_train, val_origins):
+        k_init, k_loop = jax.random.split(key)
+        params = init_params(build, k_init)
+        z = jnp.asarray(0, jnp.int32)
+        inf = jnp.asarray(jnp.inf, jnp.float32)
+        # (train carry, best params, best val, rounds without improvement, stopped, last (loss, val), round)
+        return ((params, tx.init(params), k_loop), params, inf, z, jnp.asarray(False), (inf, inf), z)
+
+    def one_round(state, arrays, train_origins, n_train, val_batch):
+        carry, best, best_val, bad, stopped, last, c = state
+        new_carry, losses = jax.lax.scan(
+            lambda cr, i: step(cr, i, arrays, train_origins, n_train),
+            carry,
+            c * cfg.eval_every + jnp.arange(cfg.eval_every),
+        )
+        val = loss_fn(new_carry[0], val_batch, arrays, 0.0, None)
+        can_stop = (c + 1) * cfg.eval_every > first_stop
+        es = early_stopping_update(
+            (best, best_val, bad, stopped), new_carry[0], val, cfg.patience, cfg.min_delta, can_stop
+        )
+        out = (new_carry, *es[:3], es[3], (losses.mean(), val), c + 1)
+        frozen = (carry, best, best_val, bad, stopped, last, c + 1)
+        nxt = jax.tree.map(lambda f, o: jnp.where(stopped, f, o), frozen, out)
+        return nxt, (*nxt[5], ~stopped)
+
+    def advance(state, arrays, train_origins, n_train, val_origins, rounds):
+        val_batch = gather(arrays, val_origins, input_len, horizon, context)
+        return jax.lax.scan(
+            lambda s, _: one_round(s, arrays, train_origins, n_train, val_batch), state, None, length=rounds
+        )
+
+    def advance_seeds(states, arrays, train_origins, n_train, val_origins, rounds):
+        val_batch = gather(arrays, val_origins, input_len, horizon, context)
+        batched = jax.vmap(lambda s: one_round(s, arrays, train_origins, n_train, val_batch))
+
+        def skip(s):  # every seed has stopped: nothing changes but the round counter
+            return (*s[:-1], s[-1] + 1), (*s[5], jnp.zeros_like(s[4]))
+
+        def body(s, _):
+            return jax.lax.cond(jnp.all(s[4]), skip, batched, s)
+
+        states, m = jax.lax.scan(body, states, None, length=rounds)
+        return states, jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), m)  # [seeds, rounds] like vmap(advance)
+
+    def finish(state, curves):
+        _, best, best_val, _, stopped, _, _ = state
+        train_curve, val_curve, active = curves
+        return best, {
+            "train_loss": train_curve,
+            "val_mae_masked": val_curve,
+            "active": active,
+            "best_val": best_val,
+            "stopped": stopped,
+            "rounds_run": active.sum(-1),
+        }
+
+    def train(key, arrays, train_origins, n_train, val_origins):
+        state = start(key, arrays, train_origins, n_train, val_origins)
+        state, curves = advance(state, arrays, train_origins, n_train, val_origins, rounds)
+        return finish(state, curves)
+
+    train.start, train.advance, train.finish, train.rounds = start, advance, finish, rounds
+    train.advance_seeds = advance_seeds
+    return train
+
+
+def plateaued(val_curve, rounds_run: int, patience: int, tol: float) -> bool:
+    """Whether a validation curve stopped improving within its budget: the best of its last ``patience``
+    evaluated rounds is not better than the best before them by more than the relative ``tol``. A run that
+    early-stopped satisfies this by construction (with ``tol`` = the stopping ``min_delta``)."""
+    v = np.asarray(val_curve, dtype=np.float64)[: int(rounds_run)]
+    if v.size <= patience:
+        return False
+    before, last = v[:-patience].min(), v[-patience:].min()
+    return bool(last >= before * (1.0 - tol))
+
+
+def make_predict(
+    build: Build, input_len: int, horizon: int, context: Context | None = None, batch_size: int = 16
+):
+    graphdef = graphdef_of(build)
+
+    def predict(params, arrays, origins):
+        w = origins.shape[0]
+        nb = -(-w // batch_size)
+        padded = jnp.concatenate([origins, jnp.broadcast_to(origins[-1:], (nb * batch_size - w,))])
+        model = nnx.merge(graphdef, params)
+
+        def one(o):
+            batch = gather(arrays, o, input_len, horizon, context)
+            return model(batch) * arrays["std"] + arrays["mean"]
+
+        out = jax.lax.map(one, padded.reshape(nb, batch_size))
+        return out.reshape(nb * batch_size, *out.shape[2:])[:w]
+
+    return predict
+
+
+def segment_grid(origins: np.ndarray, seg_len: int, batch_windows: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """Host-side grouping of ``origins [W]`` by grid segment (``origin // seg_len``): ``(grid [U, M], pos [W])``
+    with one row per occupied segment (``U`` rounded up to a multiple of the segments per batch,
+    ``max(1, batch_windows // M)``), its origins in order, padded by repeating the row's first origin, and
+    ``pos`` the flat index of each origin in ``grid`` (so ``out.reshape(U * M, ...)[pos]`` restores the input
+    order)."""
+    o = np.asarray(origins, dtype=np.int64)
+    if o.ndim != 1 or o.size == 0:
+        raise ValueError(f"origins must be a non-empty 1-d array, got shape {o.shape}")
+    if seg_len < 1:
+        raise ValueError(f"seg_len must be >= 1, got {seg_len}")
+    seg = o // seg_len
+    uniq, inv = np.unique(seg, return_inverse=True)
+    counts = np.bincount(inv)
+    m = int(counts.max())
+    per = max(1, batch_windows // m)
+    rows = -(-uniq.size // per) * per
+    order = np.argsort(inv, kind="stable")
+    slot = np.empty(o.size, np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    slot[order] = np.arange(o.size) - np.repeat(starts, counts)
+    grid = np.empty((rows, m), np.int64)
+    first = o[order[starts]]
+    grid[: uniq.size] = first[:, None]
+    grid[uniq.size :] = first[-1]
+    grid[inv, slot] = o
+    return grid.astype(np.int32), (inv * m + slot).astype(np.int64)
+
+
+def make_segment_predict(build: Build, input_len: int, horizon: int, context: Context, batch_windows: int = 16):
+    """``predict(params, arrays, grid [U, M]) -> [U, M, Q, N]`` for a grid from :func:`segment_grid` (every
+    row's origins in one segment): the model is called with ``shared_context=True`` on each row, ``lax.map``
+    over batches of ``max(1, batch_windows // M)`` rows (``vmap`` within a batch)."""
+    graphdef = graphdef_of(build)
+
+    def predict(params, arrays, grid):
+        u, m = grid.shape
+        per = max(1, batch_windows // m)
+        model = nnx.merge(graphdef, params)
+
+        def row(o):
+            batch = gather(arrays, o, input_len, horizon, context)
+            return model(batch, shared_context=True) * arrays["std"] + arrays["mean"]
+
+        out = jax.lax.map(jax.vmap(row), grid.reshape(u // per, per, m))
+        return out.reshape(u, m, *out.shape[3:])
+
+    return predict

@@ -1,0 +1,213 @@
+"""Config schemas of the MAIFS reproduction (registered in Hydra's ConfigStore; value checks in __post_init__)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mlsys_repro.common.repro.schema import BaseHardware, BasePolicy, register_schema
+from mlsys_repro.common.sim.cluster import ClusterSpec
+
+
+@dataclass
+class GpuClusterHardware(BaseHardware):
+    """A simulated GPU cluster: ``racks x servers_per_rack`` identical servers, or the nodes of a node list.
+
+    With ``node_list`` (a CSV under ``data/`` with ``sn,cpu_milli,memory_mib,gpu,model``) the servers are the
+    nodes with at least ``node_min_gpus`` GPUs, ``num_servers`` of them evenly spaced through the list (0 = all);
+    ``servers_per_rack`` groups them into racks.
+    """
+
+    kind: str = "gpu_cluster"
+    racks: int = 1
+    servers_per_rack: int = 16
+    gpus_per_server: int = 8
+    cpus_per_server: float = 24.0
+    mem_gb_per_server: float = 500.0
+    lease_s: float = 300.0
+    node_list: str = ""
+    node_min_gpus: int = 1
+    num_servers: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind != "gpu_cluster":
+            raise ValueError(f"hardware.kind must be 'gpu_cluster', got {self.kind!r}")
+        if min(self.racks, self.servers_per_rack, self.gpus_per_server) < 1:
+            raise ValueError("racks, servers_per_rack and gpus_per_server must be >= 1")
+        if self.cpus_per_server <= 0 or self.mem_gb_per_server <= 0 or self.lease_s <= 0:
+            raise ValueError("cpus_per_server, mem_gb_per_server and lease_s must be > 0")
+        if self.num_servers < 0 or self.node_min_gpus < 1:
+            raise ValueError("num_servers must be >= 0 and node_min_gpus >= 1")
+
+    def spec(self, data_dir: str | Path) -> ClusterSpec:
+        if not self.node_list:
+            return ClusterSpec.uniform(self.racks, self.servers_per_rack, self.gpus_per_server,
+                                       self.cpus_per_server, self.mem_gb_per_server, self.name)
+        from mlsys_repro.common.traces._io import resolve
+        from mlsys_repro.common.traces.gpu import load_alibaba_nodes
+
+        nodes = load_alibaba_nodes(resolve(data_dir, self.node_list))
+        idx = np.flatnonzero(nodes.gpus >= self.node_min_gpus)
+        if idx.size == 0:
+            raise ValueError(f"{self.node_list}: no node has >= {self.node_min_gpus} GPUs")
+        if self.num_servers:
+            if self.num_servers > idx.size:
+                raise ValueError(f"{self.node_list}: {idx.size} eligible nodes < num_servers={self.num_servers}")
+            idx = idx[np.linspace(0, idx.size - 1, self.num_servers).round().astype(int)]
+        return ClusterSpec.from_servers(nodes.gpus[idx], nodes.cpu_milli[idx] / 1000.0,
+                                        nodes.memory_mib[idx] / 1024.0,
+                                        np.arange(idx.size) // self.servers_per_rack, self.name)
+
+
+@dataclass
+class HeuristicPolicy(BasePolicy):
+    """A baseline scheduler (see mlsys_repro/papers/maifs/baselines.py)."""
+
+    kind: str = "heuristic"
+    order: str = "fifo"
+    allocation: str = "fair"
+    preemptive: bool = True
+    tiresias_thresholds_gpu_h: list[float] = field(default_factory=lambda: [1.0, 10.0])
+    starvation_factor: float = 0.0
+    tetris_epsilon: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.kind != "heuristic":
+            raise ValueError(f"policy.kind must be 'heuristic', got {self.kind!r}")
+        self.heuristic()  # validates order, allocation, thresholds
+
+    def heuristic(self):
+        from mlsys_repro.papers.maifs.baselines import Heuristic
+
+        return Heuristic(self.order, self.allocation, self.preemptive, tuple(self.tiresias_thresholds_gpu_h),
+                         self.starvation_factor, self.tetris_epsilon)
+
+
+@dataclass
+class RLPolicy(BasePolicy):
+    """A learned scheduler: MAIFS (``network: maifs``, with its ablation switches) or the single-agent DL2-style
+    baseline (``network: flat``). Training budgets are experiment params (they scale with the profile)."""
+
+    kind: str = "rl"
+    network: str = "maifs"
+    attention: bool = True
+    coordination: bool = True
+    fungible: bool = True
+    hidden: int = 32
+    lr: float = 3e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    ent_coef: float = 0.01
+    epochs: int = 3
+    minibatches: int = 4
+    # evaluate the network at its initial parameters (same architecture and seeds as the trained policy
+    # ``untrained_of``): isolates what training adds to the hand-designed structure (masks, priors, fallbacks)
+    untrained: bool = False
+    untrained_of: str = ""
+
+    def __post_init__(self) -> None:
+        if self.untrained and not self.untrained_of:
+            raise ValueError("an untrained policy must name the trained policy it mirrors (untrained_of)")
+        if self.kind != "rl":
+            raise ValueError(f"policy.kind must be 'rl', got {self.kind!r}")
+        if self.network not in ("maifs", "flat"):
+            raise ValueError(f"network must be 'maifs' or 'flat', got {self.network!r}")
+        if self.network == "flat" and (self.attention or self.coordination):
+            raise ValueError("the flat single-agent network has no attention or coordination graph")
+        if self.hidden < 1 or self.lr <= 0 or not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
+            raise ValueError("need hidden >= 1, lr > 0, 0 < gamma <= 1, 0 <= gae_lambda <= 1")
+
+    def hyper(self) -> tuple:
+        """The training hyper-parameters that must agree between variants trained together."""
+        return (self.hidden, self.lr, self.gamma, self.gae_lambda, self.clip_eps, self.ent_coef, self.epochs,
+                self.minibatches)
+
+
+@dataclass
+class MaifsParams:
+    """Workloads, training budget and environment knobs shared by the MAIFS experiments."""
+
+    # contended workloads [ours]: arrivals scaled to an offered load (fraction of the cluster's GPU capacity),
+    # fair-share durations capped so that no single job sets a window's makespan
+    load: float = 0.9  # the headline regime
+    loads: list[float] = field(default_factory=list)  # load sweep (the claim-boundary map)
+    train_loads: list[float] = field(default_factory=lambda: [0.7, 0.9, 1.1])  # training windows cycle these
+    cap_duration_h: float = 2.0
+    eval_windows: int = 30  # Philly evaluation windows (every seed is evaluated on all of them)
+    saturn_parts: int = 4  # each Saturn workload file is cut into this many consecutive windows
+    # evaluation windows (Philly: the unseen later slice; Saturn: the held-out workload files); at most
+    # jobs_per_window jobs per window
+    jobs_per_window: int = 240
+    eval_start: str = "2017-11-01"
+    eval_end: str = "2017-12-22"
+    class_split: list[float] = field(default_factory=lambda: [20.0, 70.0, 10.0])
+    saturn_eval: list[str] = field(default_factory=lambda: [f"workload-{i}" for i in range(6, 11)])
+    # training sets (one policy per trace): the earlier Philly slice; the other Saturn workload files
+    train_start: str = "2017-09-04"
+    train_end: str = "2017-11-01"
+    train_windows: int = 60
+    saturn_train: list[str] = field(default_factory=lambda: [f"workload-{i}" for i in range(1, 6)])
+    num_updates: int = 100
+    updates_per_chunk: int = 10
+    num_envs: int = 16
+    rollout_len: int = 64
+    # multi-agent environment
+    servers_per_agent: int = 1
+    num_candidates: int = 24
+    num_short: int = 12  # of the candidates, chosen by least remaining work (the rest: oldest)
+    num_running: int = 8  # running jobs per agent whose lease it may release (preemption as an action)
+    conflict_blocks: bool = True  # a failed (conflicting) pick costs the agent the rest of the round
+    max_substeps: int = 16
+    makespan_weight: float = 2.0
+    reward_scale: float = 100.0
+    # heuristics: pending jobs tried per round (= num_candidates: the same queue visibility as MAIFS)
+    lookahead: int = 24
+    # validity gates of learned policies
+    check_windows: int = 8  # training windows on which trained and untrained networks are compared
+    curve_windows: int = 4  # the first training windows on which the learning curve (greedy JCT) is evaluated
+    converge_tol: float = 0.05  # converged: last-fifth improvement of training JCT over the previous fifth below
+    beats_margin: float = 0.01  # beats_untrained: JCT at least this fraction below the untrained network's
+    # PPO tuning (experiment ``tuning``): every learned family trains at each (lr, ent_coef) of one shared grid on
+    # seeds ``seed + tuning_seed_offset ..``, disjoint from the reported seeds; the pick is the lowest greedy JCT
+    # on the check (training) windows
+    tune_lr: list[float] = field(default_factory=list)
+    tune_ent_coef: list[float] = field(default_factory=list)
+    tuning_seed_offset: int = 1000
+
+    def __post_init__(self) -> None:
+        positive = ("jobs_per_window", "train_windows", "num_updates",
+                    "updates_per_chunk", "num_envs", "rollout_len", "servers_per_agent", "num_candidates",
+                    "max_substeps", "reward_scale", "lookahead")
+        for k in positive:
+            if getattr(self, k) <= 0:
+                raise ValueError(f"params.{k} must be > 0, got {getattr(self, k)}")
+        if self.num_updates % self.updates_per_chunk:
+            raise ValueError("params.num_updates must be a multiple of params.updates_per_chunk")
+        if len(self.class_split) != 3 or min(self.class_split) < 0 or sum(self.class_split) <= 0:
+            raise ValueError("params.class_split needs 3 non-negative weights (image, language, speech)")
+        if self.load <= 0 or any(x <= 0 for x in self.loads) or not self.train_loads or any(
+                x <= 0 for x in self.train_loads):
+            raise ValueError("params.load, params.loads and params.train_loads must be positive")
+        if self.cap_duration_h <= 0 or self.eval_windows < 1 or self.saturn_parts < 1 or self.check_windows < 1 \
+                or self.curve_windows < 1:
+            raise ValueError("need cap_duration_h > 0, eval_windows, saturn_parts, check_windows, curve_windows >= 1")
+        if not 0 <= self.num_short <= self.num_candidates or self.num_running < 0:
+            raise ValueError("need 0 <= num_short <= num_candidates and num_running >= 0")
+        if set(self.saturn_eval) & set(self.saturn_train):
+            raise ValueError("params.saturn_eval and params.saturn_train must not overlap (held-out evaluation)")
+        if self.makespan_weight < 0:
+            raise ValueError("params.makespan_weight must be >= 0")
+        if any(x <= 0 for x in self.tune_lr) or any(x < 0 for x in self.tune_ent_coef):
+            raise ValueError("params.tune_lr must be positive and params.tune_ent_coef non-negative")
+        if self.tuning_seed_offset < 0:
+            raise ValueError("params.tuning_seed_offset must be >= 0")
+
+
+register_schema("hardware", "gpu_cluster", GpuClusterHardware)
+register_schema("policy", "maifs_heuristic", HeuristicPolicy)
+register_schema("policy", "maifs_rl", RLPolicy)
+
+__all__ = ["GpuClusterHardware", "HeuristicPolicy", "MaifsParams", "RLPolicy"]

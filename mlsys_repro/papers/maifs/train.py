@@ -1,0 +1,291 @@
+"""MAPPO training of MAIFS (and the single-agent DL2-style baseline) and greedy evaluation.
+
+``make_train(env_cfg, cfg, num_servers)`` returns ``(init, chunk, train, graphdef)`` of pure functions whose
+arrays (cluster, speed tables, job windows: :class:`Problem`) and ablation switches (:class:`Variant`) are
+arguments, so one compilation trains every variant and seed (vmapped) on every trace of the same shape:
+
+* ``init(key, var, prob) -> RunnerState`` (parameters, optimiser, vectorised environments, key);
+* ``chunk(state, var, prob) -> (state, metrics)`` runs ``updates_per_chunk`` PPO updates in one ``lax.scan`` (each: a
+  rollout of ``rollout_len`` steps in ``num_envs`` environments, GAE with semi-MDP discounts
+  ``gamma ** elapsed_rounds``, ``epochs`` x ``minibatches`` clipped-surrogate updates with a centralised value);
+  metrics are per update (the learning curve);
+* ``train(key, var, prob)`` = ``init`` + all updates in one scan: jit it and ``vmap`` it over seeds/variants.
+
+Chunks exist so a long training can be checkpointed and resumed (``mlsys_repro.common.repro.checkpoint.run_chunked``).
+Centralised training, decentralised execution: every agent acts from its own observation with shared parameters
+(plus the attention and coordination messages); the critic sees all agents. The advantage is shared by the
+agents (one cluster-wide reward); agents whose only valid action was no-op carry no policy gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from mlsys_repro.common.rl import ppo
+from mlsys_repro.common.rl.marl import stack_agents
+from mlsys_repro.common.sim.cluster import Cluster, JobTable, SpeedModel, is_done
+from mlsys_repro.papers.maifs.baselines import ModelDemand
+from mlsys_repro.papers.maifs.env import JOB_FEATURES, LEVELS, EnvConfig, EnvState, MaifsEnv
+from mlsys_repro.papers.maifs.model import FlatNet, MaifsNet, Variant, act
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """MAPPO's static settings, built by :func:`mlsys_repro.papers.maifs.pipeline.train_config` from the experiment's
+    budget (:class:`mlsys_repro.papers.maifs.schemas.MaifsParams`) and the policy's hyper-parameters
+    (:class:`mlsys_repro.papers.maifs.schemas.RLPolicy`), which hold their one set of defaults; only the settings that
+    no config exposes have defaults here."""
+
+    num_envs: int
+    rollout_len: int
+    num_updates: int
+    updates_per_chunk: int
+    epochs: int
+    minibatches: int
+    lr: float
+    gamma: float  # per 300 s round
+    gae_lambda: float
+    clip_eps: float
+    ent_coef: float
+    hidden: int
+    network: str  # maifs | flat (single agent, DL2-style)
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    value_norm_beta: float = 0.95  # EMA of the return statistics per update (MAPPO's ValueNorm, debiased)
+
+    def __post_init__(self) -> None:
+        if self.network not in ("maifs", "flat"):
+            raise ValueError(f"network must be 'maifs' or 'flat', got {self.network!r}")
+        if self.num_updates % self.updates_per_chunk:
+            raise ValueError("num_updates must be a multiple of updates_per_chunk")
+        if (self.num_envs * self.rollout_len) % self.minibatches:
+            raise ValueError("num_envs * rollout_len must be divisible by minibatches")
+        for k in ("num_envs", "rollout_len", "num_updates", "updates_per_chunk", "epochs", "minibatches", "hidden"):
+            if getattr(self, k) < 1:
+                raise ValueError(f"{k} must be >= 1")
+
+
+def build_model(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int, rngs: nnx.Rngs):
+    per = num_servers // env_cfg.num_agents
+    self_dim, glob_dim = per * 3 + 3, 6
+    if cfg.network == "flat":
+        if env_cfg.num_agents != 1:
+            raise ValueError("the flat (single-agent) network needs an environment with num_agents=1")
+        return FlatNet(self_dim, glob_dim, JOB_FEATURES, env_cfg.num_candidates + env_cfg.num_running, len(LEVELS),
+                       hidden=2 * cfg.hidden, rngs=rngs)
+    return MaifsNet(self_dim, glob_dim, JOB_FEATURES, len(LEVELS), hidden=cfg.hidden, rngs=rngs)
+
+
+class Problem(NamedTuple):
+    """Traced inputs of training and evaluation: the cluster, speed tables, demands and job windows."""
+
+    cl: Cluster
+    sm: SpeedModel
+    md: ModelDemand
+    windows: JobTable  # [W, N]
+
+
+class ValueNorm(NamedTuple):
+    """Running (debiased EMA) mean and mean square of the returns; the critic predicts normalised values
+    (MAPPO's ValueNorm, Yu et al. 2022), so the value loss is on a unit scale whatever the return scale."""
+
+    mean: jax.Array
+    mean_sq: jax.Array
+    debias: jax.Array
+
+    @staticmethod
+    def init() -> ValueNorm:
+        z = jnp.zeros((), jnp.float32)
+        return ValueNorm(z, z, z)
+
+    def stats(self) -> tuple[jax.Array, jax.Array]:
+        d = jnp.maximum(self.debias, 1e-5)
+        mean = self.mean / d
+        var = jnp.maximum(self.mean_sq / d - mean ** 2, 1e-4)
+        return mean, jnp.sqrt(var)
+
+    def update(self, x: jax.Array, beta: float) -> ValueNorm:
+        return ValueNorm(beta * self.mean + (1 - beta) * x.mean(), beta * self.mean_sq + (1 - beta) * (x ** 2).mean(),
+                         beta * self.debias + (1 - beta))
+
+    def denormalize(self, v: jax.Array) -> jax.Array:
+        mean, std = self.stats()
+        return jnp.where(self.debias > 0, v * std + mean, v)
+
+    def normalize(self, x: jax.Array) -> jax.Array:
+        mean, std = self.stats()
+        return (x - mean) / std
+
+
+class RunnerState(NamedTuple):
+    params: Any
+    opt_state: Any
+    env_state: EnvState
+    obs: Any  # stacked [E, A, ...]
+    key: jax.Array
+    update: jax.Array
+    vnorm: ValueNorm
+
+
+class Transition(NamedTuple):
+    obs: Any
+    picks: jax.Array
+    levels: jax.Array
+    masks: jax.Array
+    logp: jax.Array
+    value: jax.Array
+    reward: jax.Array
+    done: jax.Array
+    elapsed: jax.Array
+    jct_h: jax.Array
+    makespan_h: jax.Array
+    conflicts: jax.Array
+    decisions: jax.Array
+    releases: jax.Array
+
+
+def make_train(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
+    """``(init, chunk, train, graphdef)``: ``init(key, var, prob)``, ``chunk(rs, var, prob)``, ``train(key, var,
+    prob)``; pure functions to jit and vmap (over seeds and :class:`~mlsys_repro.papers.maifs.model.Variant`)."""
+    graphdef, _ = nnx.split(build_model(env_cfg, cfg, num_servers, nnx.Rngs(0)))
+    tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr))
+    e = cfg.num_envs
+    kk = env_cfg.num_candidates
+
+    def env_of(prob: Problem) -> MaifsEnv:
+        return MaifsEnv(prob.cl, prob.sm, prob.md, prob.windows, env_cfg)
+
+    def policy(params, var, obs_st, key):
+        model = nnx.merge(graphdef, params)
+        return jax.vmap(lambda o, k: act(model, o, k, var, k=kk))(obs_st, jax.random.split(key, e))
+
+    def init(key, var: Variant, prob: Problem) -> RunnerState:
+        env = env_of(prob)
+        k_init, k_env, k_run = jax.random.split(key, 3)
+        params = nnx.state(build_model(env_cfg, cfg, num_servers, nnx.Rngs(k_init)), nnx.Param)
+        obs, env_state = jax.vmap(env.reset)(jax.random.split(k_env, e))
+        obs_st = jax.vmap(lambda o: stack_agents(o, env.agents))(obs)
+        return RunnerState(params, tx.init(params), env_state, obs_st, k_run, jnp.zeros((), jnp.int32),
+                           ValueNorm.init())
+
+    def loss_fn(params, var, mb):
+        model = nnx.merge(graphdef, params)
+        ja = jax.vmap(lambda o, p, lv, m: act(model, o, None, var, replay=(p, lv, m), k=kk))(
+            mb["obs"], mb["picks"], mb["levels"], mb["masks"])
+        decide = mb["obs"]["mask"][..., :-1].any(-1)  # [B, A] agents with a real choice
+        adv = jnp.broadcast_to(mb["adv"][:, None], decide.shape)
+        pl, kl, cf = ppo.clipped_surrogate(ja.logp, mb["logp"], adv, cfg.clip_eps, decide)
+        vl = ppo.value_loss(ja.value, mb["value"], mb["returns"])  # normalised targets, unclipped
+        ent = (ja.entropy * decide).sum() / jnp.maximum(decide.sum(), 1)
+        return pl + cfg.vf_coef * vl - cfg.ent_coef * ent, (pl, vl, ent, kl, cf)
+
+    def update(rs: RunnerState, var: Variant, prob: Problem):
+        env = env_of(prob)
+        agents = env.agents
+
+        def env_step(carry, _):
+            params, env_state, obs_st, key = carry
+            key, k_act, k_env = jax.random.split(key, 3)
+            ja = policy(params, var, obs_st, k_act)
+            actions = {a: jnp.stack([ja.picks[:, i], ja.levels[:, i]], -1) for i, a in enumerate(agents)}
+            obs, env_state, rew, done, info = jax.vmap(env.step)(jax.random.split(k_env, e), env_state, actions)
+            obs2 = jax.vmap(lambda o: stack_agents(o, agents))(obs)
+            tr = Transition(obs_st, ja.picks, ja.levels, ja.pick_masks, ja.logp, ja.value, rew[agents[0]],
+                            done["__all__"], info["elapsed_rounds"], info["jct_h"], info["makespan_h"],
+                            info["conflicts"], info["decisions"], info["releases"])
+            return (params, env_state, obs2, key), tr
+
+        (params, env_state, obs_st, key), traj = jax.lax.scan(
+            env_step, (rs.params, rs.env_state, rs.obs, rs.key), None, length=cfg.rollout_len)
+        key, k_last = jax.random.split(key)
+        vn = rs.vnorm
+        last_value = vn.denormalize(policy(params, var, obs_st, k_last).value)
+        values = vn.denormalize(traj.value)
+        disc = cfg.gamma ** traj.elapsed
+        adv, ret = ppo.gae(traj.reward, values, traj.done, last_value, cfg.gamma, cfg.gae_lambda, disc)
+        ev = 1.0 - jnp.var(ret - values) / jnp.maximum(jnp.var(ret), 1e-12)  # explained variance (before update)
+        vn = vn.update(ret, cfg.value_norm_beta)
+        adv = ppo.normalize(adv, traj.obs["mask"][..., :-1].any(-1).any(-1))
+        batch = ppo.flatten_batch({"obs": traj.obs, "picks": traj.picks, "levels": traj.levels,
+                                   "masks": traj.masks, "logp": traj.logp, "value": traj.value, "adv": adv,
+                                   "returns": vn.normalize(ret)})
+
+        def epoch(carry, _):
+            params, opt_state, key = carry
+            key, sub = jax.random.split(key)
+
+            def mb_step(c, mb):
+                p, o = c
+                (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(p, var, mb)
+                upd, o = tx.update(grads, o, p)
+                return (optax.apply_updates(p, upd), o), (loss, *aux)
+
+            (params, opt_state), stats = jax.lax.scan(mb_step, (params, opt_state),
+                                                      ppo.minibatches(sub, batch, cfg.minibatches))
+            return (params, opt_state, key), stats
+
+        (params, opt_state, key), stats = jax.lax.scan(epoch, (params, rs.opt_state, key), None,
+                                                       length=cfg.epochs)
+        n_done = traj.done.sum()
+        fin = traj.done.astype(jnp.float32)
+        tried = ((traj.conflicts + traj.decisions) * fin).sum()
+        metrics = {
+            "reward": traj.reward.mean(),
+            "episodes": n_done,
+            "jct_h": jnp.where(n_done > 0, (traj.jct_h * fin).sum() / jnp.maximum(n_done, 1), jnp.nan),
+            "makespan_h": jnp.where(n_done > 0, (traj.makespan_h * fin).sum() / jnp.maximum(n_done, 1), jnp.nan),
+            "conflict_rate": jnp.where(tried > 0, (traj.conflicts * fin).sum() / jnp.maximum(tried, 1), jnp.nan),
+            "loss": stats[0].mean(), "policy_loss": stats[1].mean(), "value_loss": stats[2].mean(),
+            "entropy": stats[3].mean(), "approx_kl": stats[4].mean(), "explained_variance": ev,
+            "release_rate": jnp.where(tried > 0, (traj.releases * fin).sum() / jnp.maximum(tried, 1), jnp.nan),
+        }
+        return RunnerState(params, opt_state, env_state, obs_st, key, rs.update + 1, vn), metrics
+
+    def chunk(rs: RunnerState, var: Variant, prob: Problem):
+        return jax.lax.scan(lambda r, _: update(r, var, prob), rs, None, length=cfg.updates_per_chunk)
+
+    def train(key, var: Variant, prob: Problem):
+        rs = init(key, var, prob)
+        return jax.lax.scan(lambda r, _: update(r, var, prob), rs, None, length=cfg.num_updates)
+
+    return init, chunk, train, graphdef
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+
+
+def evaluate(env_cfg: EnvConfig, graphdef, params, var: Variant, prob: Problem, window,
+             max_steps: int = 500_000) -> EnvState:
+    """Greedy rollout of window ``window`` of ``prob.windows`` to completion; returns the final state."""
+    env = MaifsEnv(prob.cl, prob.sm, prob.md, prob.windows, env_cfg)
+    _, st = env.reset_window(window)
+    model = nnx.merge(graphdef, params)
+
+    def cond(carry):
+        st, i = carry
+        return ~env_done(env, st) & (i < max_steps)
+
+    def body(carry):
+        st, i = carry
+        obs = stack_agents(env.get_obs(st), env.agents)
+        ja = act(model, obs, None, var, greedy=True, k=env_cfg.num_candidates)
+        actions = {a: jnp.stack([ja.picks[j], ja.levels[j]]) for j, a in enumerate(env.agents)}
+        _, st, _, _, _ = env.step_env(jax.random.key(0), st, actions)
+        return st, i + 1
+
+    st, _ = jax.lax.while_loop(cond, body, (st, jnp.zeros((), jnp.int32)))
+    return st
+
+
+def env_done(env: MaifsEnv, st: EnvState) -> jax.Array:
+    return is_done(st.sim, st.jobs) | (st.sim.stats.rounds >= env.cfg.max_rounds)
+
+
+__all__ = ["Problem", "RunnerState", "TrainConfig", "Transition", "ValueNorm", "build_model", "env_done", "evaluate",
+           "make_train"]

@@ -1,0 +1,443 @@
+"""A3C (Mnih et al., ICML 2016) choosing the number of CASP communities online.
+
+Asynchronous actor-learners: ``actors`` simulations run side by side (one
+:class:`~mlsys_repro.papers.petrel.sim.run_batch` wave, sharing one gradient engine), each driven by its own
+:class:`Learner` with its own copy of the policy. Every ``t_max`` decisions a learner computes the n-step actor-critic
+gradient on its local copy, applies it at once to the shared parameters with shared RMSProp statistics (the "shared
+RMSProp" of the A3C paper) and re-syncs its copy; the other learners keep acting on their older copies, so updates are
+asynchronous and computed on stale parameters exactly as in A3C. The actors are interleaved in one thread (the
+simulations advance event by event in a fixed order), which makes training deterministic; nothing waits for a
+synchronised batch of actors (that would be A2C).
+
+MDP (one step = one decision interval of ``decision_every_steps * base_step_s`` simulated seconds):
+
+* state (scale-free): 9 quantiles of log(EWMA iteration time / median); the RMS within-community spread of those
+  log times at each action's k (1-D k-means); one-hot of the current action; PS ingress and egress utilisation,
+  mean worker idle fraction and mean staleness / N over the last interval; log of the PS probe loss and its change
+  over the last interval; log(one message's transfer time / median iteration time) (the communication-to-compute
+  ratio, known from the message size and the link rate); log2(N / 16).
+* action: one of ``levels`` community counts spanning 1..N geometrically, ``k_a = round(N^(a / (levels - 1)))``
+  (:func:`k_levels`: k = 1 is BSP timing with leader aggregation, k = N is ASP); communities = 1-D k-means of the
+  log EWMA times into k groups (similar workers together), adopted at round boundaries.
+* reward (progress rate): ``reward_scale * (log L_prev - log L_now) * (T / dt) - bytes_penalty * (PS bytes in the
+  interval / PS capacity)``, L = loss of the current PS parameters on a fixed probe batch of training data, dt the
+  interval's simulated length and T the decision interval (so the reward is the probe log-loss decrease per
+  simulated second, in units of one decision interval).
+
+Training episodes cycle through every training condition (workers x speed ratio x link rate) once per *chunk*, in
+a seeded order, on hardware seeds ``a3c.seed + episode`` (disjoint from evaluation seeds); chunk means are therefore
+comparable, and :func:`learning_summary` reads improvement and plateau from them. Evaluation runs use the trained
+policy greedily and frozen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mlsys_repro.papers.petrel.communities import dispersion_profile, kmeans_1d
+from mlsys_repro.papers.petrel.sim import Grouper, PSSim
+
+QUANTILES = np.linspace(0.0, 1.0, 9)
+EXTRA = 8  # utilisation in/out, idle, staleness, log loss, its change, log comm/compute ratio, log2(N/16)
+
+
+def feature_dim(levels: int) -> int:
+    return QUANTILES.size + 2 * levels + EXTRA
+
+
+def k_levels(n: int, levels: int) -> np.ndarray:
+    """The community count of each action at ``n`` workers: geometric from 1 to ``n`` (both always included)."""
+    if levels < 2:
+        raise ValueError(f"need at least 2 action levels (k = 1 and k = N), got {levels}")
+    k = np.rint(float(n) ** (np.arange(levels) / (levels - 1))).astype(np.int64)
+    return np.clip(k, 1, n)
+
+
+@dataclass
+class _Snap:
+    t: float = 0.0
+    ps_in_busy: float = 0.0
+    ps_out_busy: float = 0.0
+    idle: float = 0.0
+    stale: float = 0.0
+    grads: int = 0
+    ps_bytes: int = 0
+    log_loss: float = float("nan")
+
+
+def progress_reward(log_loss_prev: float, log_loss_now: float, dt: float, interval: float, reward_scale: float,
+                    ps_bytes: float = 0.0, ps_capacity_bytes: float = 1.0, bytes_penalty: float = 0.0) -> float:
+    """Probe log-loss decrease per simulated second, in units of one decision interval, minus a bytes penalty."""
+    dloss = 0.0 if log_loss_prev != log_loss_prev else log_loss_now - log_loss_prev
+    return float(-reward_scale * dloss * (interval / max(dt, 1e-12)) - bytes_penalty * ps_bytes / ps_capacity_bytes)
+
+
+class Observer:
+    """Builds the state vector and the reward from a running simulation."""
+
+    def __init__(self, levels: int, reward_scale: float, bytes_penalty: float):
+        self.levels, self.reward_scale, self.bytes_penalty = levels, reward_scale, bytes_penalty
+        self.prev = _Snap()
+
+    def observe(self, sim: PSSim, level_now: int) -> tuple[np.ndarray, float]:
+        """(state, reward of the interval that just ended)."""
+        log_t = np.log(sim.ewma)
+        rel = log_t - np.median(log_t)
+        q = np.quantile(rel, QUANTILES)
+        ks = k_levels(sim.n, self.levels)
+        disp = dispersion_profile(log_t, int(ks.max()))[ks - 1]
+        onehot = np.zeros(self.levels)
+        onehot[level_now] = 1.0
+        log_loss = float(np.log(max(sim.engine.probe_loss(sim.w), 1e-8)))
+        p = self.prev
+        dt = max(sim.now - p.t, 1e-12)
+        u_in = (sim.ps_in.busy - p.ps_in_busy) / dt
+        u_out = (sim.ps_out.busy - p.ps_out_busy) / dt
+        idle = (float(sim.idle_time.sum()) - p.idle) / (dt * sim.n)
+        dg = sim.grads_applied - p.grads
+        stale = (sim.staleness_sum - p.stale) / max(dg, 1) / sim.n
+        dloss = 0.0 if p.log_loss != p.log_loss else log_loss - p.log_loss
+        capacity = 2 * sim.ps_in.bw / 8 * dt
+        interval = sim.decision_every_s or dt
+        reward = progress_reward(p.log_loss, log_loss, dt, interval, self.reward_scale, sim.ps_bytes - p.ps_bytes,
+                                 capacity, self.bytes_penalty)
+        comm = sim.msg_bytes * 8.0 / min(sim.ps_in.bw, sim.w_in[0].bw) / float(np.median(sim.ewma))
+        x = np.concatenate([q, disp, onehot, [min(u_in, 2.0), min(u_out, 2.0), np.clip(idle, 0, 1),
+                                               min(stale, 4.0), log_loss, dloss, np.log(comm),
+                                               np.log2(sim.n / 16)]]).astype(np.float32)
+        self.prev = _Snap(sim.now, sim.ps_in.busy, sim.ps_out.busy, float(sim.idle_time.sum()), sim.staleness_sum,
+                          sim.grads_applied, sim.ps_bytes, log_loss)
+        return x, reward
+
+
+# --------------------------------------------------------------------------------------------- network
+
+
+def init_params(dim: int, hidden: int, levels: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng([seed, 0xA3C])
+
+    def dense(i: int, o: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal((i, o)) * scale / np.sqrt(i)).astype(np.float32)
+
+    return {
+        "w1": dense(dim, hidden), "b1": np.zeros(hidden, np.float32),
+        "w2": dense(hidden, hidden), "b2": np.zeros(hidden, np.float32),
+        "wp": dense(hidden, levels, 0.01), "bp": np.zeros(levels, np.float32),
+        "wv": dense(hidden, 1), "bv": np.zeros(1, np.float32),
+    }
+
+
+def forward(params, x, xp=np):
+    """(logits [.., K], value [..]) of the two-layer tanh trunk; ``xp`` is numpy or jax.numpy."""
+    h = xp.tanh(x @ params["w1"] + params["b1"])
+    h = xp.tanh(h @ params["w2"] + params["b2"])
+    return h @ params["wp"] + params["bp"], (h @ params["wv"] + params["bv"])[..., 0]
+
+
+def _masked(logits, mask, xp=np):
+    return xp.where(mask, logits, -1e9)
+
+
+@partial(jax.jit, static_argnames=("value_coef", "entropy_coef"))
+def a3c_grads(params, x, a, ret, mask, value_coef: float, entropy_coef: float):
+    """Gradient of the A3C loss over one n-step segment (x [T, D], a [T], returns [T], mask [T, K])."""
+
+    def loss(p):
+        logits, v = forward(p, x, jnp)
+        logp = jax.nn.log_softmax(_masked(logits, mask, jnp))
+        adv = jax.lax.stop_gradient(ret - v)
+        pi_loss = -jnp.sum(jnp.take_along_axis(logp, a[:, None], axis=1)[:, 0] * adv)
+        v_loss = 0.5 * jnp.sum((ret - v) ** 2)
+        probs = jnp.exp(logp)
+        ent = -jnp.sum(jnp.where(mask, probs * logp, 0.0))
+        return pi_loss + value_coef * v_loss - entropy_coef * ent, (pi_loss, v_loss, ent)
+
+    (total, aux), g = jax.value_and_grad(loss, has_aux=True)(params)
+    return g, total, aux
+
+
+# --------------------------------------------------------------------------------------------- shared agent
+
+
+@dataclass
+class TrainLog:
+    episode: list[int] = field(default_factory=list)
+    actor: list[int] = field(default_factory=list)
+    ret: list[float] = field(default_factory=list)
+    mean_k: list[float] = field(default_factory=list)
+    condition: list[int] = field(default_factory=list)
+    chunk: list[int] = field(default_factory=list)
+    updates: int = 0
+
+
+class SharedAgent:
+    """Shared policy/value parameters and RMSProp statistics, updated by the actor-learners as they come."""
+
+    def __init__(self, cfg, levels: int, seed: int):
+        self.cfg, self.levels = cfg, levels
+        self.dim = feature_dim(levels)
+        self.params = init_params(self.dim, cfg.hidden, levels, seed)
+        self.ms = {k: np.zeros_like(v) for k, v in self.params.items()}
+        self.lock = threading.Lock()
+        self.log = TrainLog()
+        self.conditions: list[tuple] = []
+        self._episodes = 0
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        with self.lock:
+            return {k: v.copy() for k, v in self.params.items()}
+
+    def next_episode(self) -> int | None:
+        with self.lock:
+            if self._episodes >= self.cfg.episodes:
+                return None
+            self._episodes += 1
+            return self._episodes - 1
+
+    def apply_gradients(self, grads: dict[str, np.ndarray]) -> None:
+        cfg = self.cfg
+        norm = float(np.sqrt(sum(float(np.sum(g * g)) for g in grads.values())))
+        scale = min(1.0, cfg.grad_clip / max(norm, 1e-12))
+        with self.lock:
+            for k, g in grads.items():
+                g = g * scale
+                self.ms[k] = cfg.rmsprop_decay * self.ms[k] + (1 - cfg.rmsprop_decay) * g * g
+                self.params[k] = self.params[k] - cfg.lr * g / np.sqrt(self.ms[k] + cfg.rmsprop_eps)
+            self.log.updates += 1
+
+    def act(self, x: np.ndarray, params=None, rng: np.random.Generator | None = None) -> int:
+        """Action index: greedy when ``rng`` is None, else sampled."""
+        params = params if params is not None else self.params
+        logits, _ = forward(params, x)
+        logits = logits.astype(np.float64)
+        if rng is None:
+            return int(np.argmax(logits))
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        return int(rng.choice(self.levels, p=p))
+
+
+class Learner:
+    """One actor-learner: local parameter copy, n-step segment buffer, gradient push every ``t_max`` steps."""
+
+    def __init__(self, agent: SharedAgent, actor_id: int, rng: np.random.Generator):
+        self.agent, self.actor_id, self.rng = agent, actor_id, rng
+        self.local = agent.snapshot()
+        self.xs: list[np.ndarray] = []
+        self.acts: list[int] = []
+        self.rews: list[float] = []
+        self.episode_return = 0.0
+        self.ks: list[int] = []
+
+    def reset(self) -> None:
+        """A new episode: fresh buffers and a fresh copy of the shared parameters."""
+        self.xs, self.acts, self.rews, self.ks = [], [], [], []
+        self.episode_return = 0.0
+        self.local = self.agent.snapshot()
+
+    def step(self, x: np.ndarray, reward: float | None, n_workers: int) -> int:
+        """Record the reward of the previous action, learn every t_max steps, and choose the next action."""
+        if reward is not None:
+            self.rews.append(reward)
+            self.episode_return += reward
+            if len(self.rews) == self.agent.cfg.t_max:
+                self._learn(bootstrap_x=x)
+        a = self.agent.act(x, self.local, self.rng)
+        self.xs.append(x)
+        self.acts.append(a)
+        self.ks.append(int(k_levels(n_workers, self.agent.levels)[a]))
+        return a
+
+    def finish(self, x: np.ndarray, reward: float) -> None:
+        """Episode cut off by the horizon: bootstrap from the value of the last state."""
+        self.rews.append(reward)
+        self.episode_return += reward
+        self._learn(bootstrap_x=x)
+
+    def _learn(self, bootstrap_x: np.ndarray) -> None:
+        n = len(self.rews)
+        if n == 0:
+            return
+        cfg = self.agent.cfg
+        xs, acts = self.xs[:n], self.acts[:n]
+        _, v_last = forward(self.local, bootstrap_x)
+        ret = np.zeros(n, np.float32)
+        r = float(v_last)
+        for i in range(n - 1, -1, -1):
+            r = self.rews[i] + cfg.gamma * r
+            ret[i] = r
+        mask = np.ones((n, self.agent.levels), dtype=bool)
+        g, _, _ = a3c_grads(self.local, jnp.asarray(np.stack(xs)), jnp.asarray(np.asarray(acts, np.int32)),
+                            jnp.asarray(ret), jnp.asarray(mask), value_coef=cfg.value_coef,
+                            entropy_coef=cfg.entropy_coef)
+        self.agent.apply_gradients({k: np.asarray(v) for k, v in g.items()})
+        self.local = self.agent.snapshot()
+        self.xs, self.acts = self.xs[n:], self.acts[n:]
+        self.rews = []
+
+
+class A3CCommunities(Grouper):
+    """CASP grouper: an action (a community count in 1..N) from the agent at every decision, communities by 1-D
+    k-means on log EWMA times."""
+
+    via_leader = True
+    decides = True
+
+    def __init__(self, agent: SharedAgent, greedy: bool = True, learner: Learner | None = None):
+        self.agent, self.greedy, self.learner = agent, greedy, learner
+        self.observer = Observer(agent.levels, agent.cfg.reward_scale, agent.cfg.bytes_penalty)
+        self.level = 0
+        self._first = True
+        self.chosen: list[int] = []
+
+    def initial(self, sim: PSSim) -> list[list[int]]:
+        from mlsys_repro.papers.petrel.hardware import prior_groups
+
+        groups = prior_groups(sim.hw, sim.compute.classes)
+        ks = k_levels(sim.n, self.agent.levels)
+        self.level = int(np.argmin(np.abs(ks - len(groups))))
+        return groups
+
+    def decide(self, sim: PSSim) -> list[list[int]]:
+        x, reward = self.observer.observe(sim, self.level)
+        if self.learner is not None:
+            a = self.learner.step(x, None if self._first else reward, sim.n)
+        else:
+            a = self.agent.act(x)
+        self._first = False
+        self.level = a
+        k = int(k_levels(sim.n, self.agent.levels)[a])
+        self.chosen.append(k)
+        return kmeans_1d(np.log(sim.ewma), k)
+
+    def finish(self, sim: PSSim) -> None:
+        if self.learner is not None and not self._first:
+            x, reward = self.observer.observe(sim, self.level)
+            self.learner.finish(x, reward)
+
+
+def train_conditions(cfg) -> list[tuple[int, float, float]]:
+    """Every training condition (workers, speed ratio, link Gb/s; 0 = the hardware's own link rate)."""
+    links = list(cfg.train_link_gbps) or [0.0]
+    return [(int(n), float(r), float(g)) for n, r, g in itertools.product(cfg.train_workers,
+                                                                          cfg.train_speed_ratios, links)]
+
+
+def episode_condition(cfg, ep: int) -> tuple[int, int]:
+    """(chunk, condition index) of episode ``ep``: each chunk visits every condition once, in a seeded order."""
+    c = len(train_conditions(cfg))
+    chunk = ep // c
+    order = np.random.default_rng([cfg.seed, chunk, 0xC4D]).permutation(c)
+    return chunk, int(order[ep % c])
+
+
+def train_a3c(cfg, levels: int, make_sim: Callable[..., PSSim], make_engine: Callable[[], object],
+              progress: Callable[[int, float], None] | None = None) -> SharedAgent:
+    """Train a shared agent with ``cfg.actors`` asynchronous actor-learners.
+
+    Episodes run in waves of ``cfg.actors`` simulations side by side on one engine (``make_engine()``);
+    ``make_sim(episode, condition, grouper, engine) -> sim`` builds an episode's training simulation (horizon =
+    ``cfg.episode_decisions`` decisions, no early stop).
+    """
+    from mlsys_repro.papers.petrel.sim import run_batch
+
+    agent = SharedAgent(cfg, levels, cfg.seed)
+    agent.conditions = train_conditions(cfg)
+    learners = [Learner(agent, i, np.random.default_rng([cfg.seed, i, 0xAC7])) for i in range(cfg.actors)]
+    while True:
+        wave = []
+        for learner in learners:
+            ep = agent.next_episode()
+            if ep is None:
+                break
+            wave.append((ep, learner))
+        if not wave:
+            break
+        engines: dict[int, object] = {}  # one engine per worker count (the per-worker batch size differs)
+        runs = []
+        for ep, learner in wave:
+            learner.reset()
+            chunk, ci = episode_condition(cfg, ep)
+            cond = agent.conditions[ci]
+            engine = engines.setdefault(cond[0], make_engine())
+            grouper = A3CCommunities(agent, greedy=False, learner=learner)
+            runs.append((ep, chunk, ci, learner, grouper, make_sim(ep, cond, grouper, engine), engine))
+        for engine in engines.values():
+            run_batch([r[5] for r in runs if r[6] is engine], engine)
+        for ep, chunk, ci, learner, grouper, sim, _ in runs:
+            grouper.finish(sim)
+            log = agent.log
+            log.episode.append(ep)
+            log.actor.append(learner.actor_id)
+            log.ret.append(learner.episode_return)
+            log.mean_k.append(float(np.mean(learner.ks)) if learner.ks else float("nan"))
+            log.condition.append(ci)
+            log.chunk.append(chunk)
+            if progress:
+                progress(ep, learner.episode_return)
+    return agent
+
+
+def learning_summary(log: TrainLog, num_conditions: int, tail_chunks: int = 3) -> dict[str, float]:
+    """Gate metrics of a training run, read from complete chunks (each visits every condition once).
+
+    ``improved``: the per-condition gain of the mean return over the last ``tail_chunks`` chunks against the first
+    chunk has a one-sided 95 % t lower bound above 0 (paired over conditions). ``plateaued``: the last chunk's mean
+    return does not differ from the chunk before it (paired two-sided 95 % t interval contains 0). ``converged`` =
+    both. Fewer than ``tail_chunks + 1`` complete chunks: all 0 (too short to tell).
+    """
+    from scipy import stats
+
+    ret = np.asarray(log.ret, dtype=np.float64)
+    chunk = np.asarray(log.chunk)
+    cond = np.asarray(log.condition)
+    complete = [c for c in np.unique(chunk) if np.sum(chunk == c) == num_conditions]
+    out = {"improved": 0.0, "plateaued": 0.0, "converged": 0.0, "chunks": float(len(complete)),
+           "first_chunk_return": float("nan"), "last_chunks_return": float("nan")}
+    if not complete:
+        return out
+    table = np.full((max(complete) + 1, num_conditions), np.nan)
+    for c in complete:
+        sel = chunk == c
+        table[c, cond[sel]] = ret[sel]
+    table = table[complete]
+    out["first_chunk_return"] = float(table[0].mean())
+    out["last_chunks_return"] = float(table[-tail_chunks:].mean())
+    if len(complete) < tail_chunks + 1 or num_conditions < 2:
+        return out
+    t95 = stats.t.ppf(0.95, num_conditions - 1)
+    t975 = stats.t.ppf(0.975, num_conditions - 1)
+    gain = table[-tail_chunks:].mean(axis=0) - table[0]
+    se = gain.std(ddof=1) / np.sqrt(num_conditions)
+    improved = gain.mean() - t95 * se > 0
+    step = table[-1] - table[-2]
+    se2 = step.std(ddof=1) / np.sqrt(num_conditions)
+    plateaued = abs(step.mean()) <= t975 * se2
+    out.update(improved=float(improved), plateaued=float(plateaued), converged=float(improved and plateaued))
+    return out
+
+
+def arms_differ(choices: list[list[int]]) -> float:
+    """1 if the agent's decisions over all runs take at least two different community counts, else 0.
+
+    Meant for runs at one worker count (the experiments of the A3C claims have N = 16): across worker counts one
+    action level maps to different k (:func:`k_levels`), so different k there need not mean different actions."""
+    return float(len({int(k) for run in choices for k in run}) >= 2)
+
+
+def with_episodes(cfg, episodes: int = 0, episode_decisions: int = 0):
+    """``cfg`` with the episode count / length overridden where the override is > 0 (smoke profile)."""
+    if episodes > 0:
+        cfg = dataclasses.replace(cfg, episodes=int(episodes))
+    if episode_decisions > 0:
+        cfg = dataclasses.replace(cfg, episode_decisions=int(episode_decisions))
+    return cfg
