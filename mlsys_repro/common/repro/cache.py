@@ -88,6 +88,17 @@ def mapping_limit() -> int | None:
         return None
 
 
+def release_compiled() -> None:
+    """Drop every compiled XLA executable (``jax.clear_caches``) and collect: each executable keeps its code in a few
+    memory mappings; jitted functions recompile on demand (from the persistent compile cache when one is set) to
+    the same programs. ``run_all`` calls it before every experiment; :func:`release_if_mapping_pressure` within
+    one."""
+    import jax  # lazily: importing this module must not load jax
+
+    jax.clear_caches()
+    gc.collect()
+
+
 def release_if_mapping_pressure(fraction: float = 0.5) -> bool:
     """Drop every compiled XLA executable (``jax.clear_caches``) when this process holds more than ``fraction`` of
     its mapping limit; returns whether it did. Jitted functions recompile on demand (from the persistent
@@ -97,10 +108,7 @@ def release_if_mapping_pressure(fraction: float = 0.5) -> bool:
     n, limit = mapping_count(), mapping_limit()
     if n is None or limit is None or n < fraction * limit:
         return False
-    import jax
-
-    jax.clear_caches()
-    gc.collect()
+    release_compiled()
     return True
 
 

@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import datetime
 import fcntl
-import gc
 import os
 import shutil
 import sys
@@ -26,7 +25,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from mlsys_repro.common.repro.cache import RunCache
+from mlsys_repro.common.repro.cache import RunCache, release_compiled  # before every experiment: see its doc
 from mlsys_repro.common.repro.config import RunSpec, build_context, compose, compose_run, experiments_of, papers_in_conf
 from mlsys_repro.common.repro.errors import (
     ClaimsSchemaError,
@@ -73,20 +72,6 @@ def result_lock(path: Path):
         yield
     finally:
         os.close(fd)  # releases the lock; the lock file stays (removing it would race a waiting writer)
-
-
-def release_compiled() -> None:
-    """Drop every compiled XLA executable (they recompile on demand, from the persistent compile cache).
-
-    Each executable keeps its code in a few memory mappings, and a long ``run_all`` (e.g. MAIFS: four experiments
-    and a tuning grid, each training its own programs) can reach the kernel's per-process limit
-    (``vm.max_map_count``, 65,530 by default), where LLVM fails with "Cannot allocate memory" and the process
-    dies with a segmentation fault. Called before every experiment.
-    """
-    import jax  # lazily: --list and --status never load it
-
-    jax.clear_caches()
-    gc.collect()
 
 
 def run_experiment(spec: RunSpec, out_dir: Path | None = None, force: bool = False, log=print,
