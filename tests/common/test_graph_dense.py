@@ -60,6 +60,31 @@ def test_diffusion_terms_known_answer_on_a_path():
     np.testing.assert_allclose(f[0], [[1, 2, 3], [2, 3, 0], [3, 0, 0]])
 
 
+def test_bfloat16_supports_round_the_products_inputs_and_accumulate_in_float32():
+    """Supports in bfloat16 make every product bfloat16 x bfloat16 -> float32: exact where the inputs are
+    representable, rounded (to bfloat16's 8-bit mantissa) where they are not, float32 terms either way."""
+    p = jnp.asarray([[[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]])
+    x = jnp.asarray([[[1.0], [2.0], [3.0]]])
+    t = diffusion_terms(x, p.astype(jnp.bfloat16), 2)
+    assert [a.dtype for a in t] == [jnp.float32] * 3
+    np.testing.assert_array_equal(t[2][0, :, 0], [3.0, 0.0, 0.0])
+    # 1 + 2^-10 is not a bfloat16: the product sees 1.0
+    fine = jnp.asarray([[[1.0 + 2.0**-10], [2.0], [3.0]]])
+    p_back = jnp.asarray([[[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+    assert float(diffusion_terms(fine, p_back, 1)[1][0, 1, 0]) == 1.0 + 2.0**-10
+    assert float(diffusion_terms(fine, p_back.astype(jnp.bfloat16), 1)[1][0, 1, 0]) == 1.0
+    # random walks on random features, shared and per-sample supports: within bfloat16 rounding of float32
+    k = jax.random.split(jax.random.key(3), 2)
+    xr = jax.random.normal(k[0], (2, 40, 6))
+    for sup in (dual_random_walk(jax.random.uniform(k[1], (40, 40))),
+                dual_random_walk(jax.random.uniform(k[1], (2, 40, 40)))):
+        ref = diffusion_features(xr, sup, 2)
+        low = diffusion_features(xr, sup.astype(jnp.bfloat16), 2)
+        assert low.dtype == jnp.float32
+        err = np.abs(np.asarray(low) - np.asarray(ref))
+        assert 0 < err.max() < 3 * 2.0**-8 * float(np.abs(ref).max())
+
+
 def test_per_sample_supports_equal_shared_supports_per_sample():
     k = jax.random.split(jax.random.key(0), 3)
     x = jax.random.normal(k[0], (3, 5, 2))

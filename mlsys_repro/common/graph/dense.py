@@ -57,6 +57,11 @@ def diffusion_terms(x: jax.Array, supports: jax.Array, max_step: int) -> list[ja
       x: ``[B, N, F]`` node features.
       supports: ``[S, N, N]`` (shared by the batch) or ``[B, S, N, N]`` (one stack per sample).
       max_step: diffusion steps K >= 0.
+
+    Precision: the products take their inputs in the supports' dtype and accumulate in float32. Float32
+    supports (the default everywhere in training) give plain float32 products; bfloat16 supports, cast once by
+    the caller, make every product a bfloat16 x bfloat16 -> float32 one (the features are rounded to bfloat16
+    before each product; the terms returned are float32 except ``X`` itself).
     """
     _check(x, supports)
     if max_step < 0:
@@ -64,16 +69,20 @@ def diffusion_terms(x: jax.Array, supports: jax.Array, max_step: int) -> list[ja
     ns, (b, n, f) = supports.shape[-3], x.shape
     if ns == 0 or max_step == 0:
         return [x]
+
+    def product(spec: str, a: jax.Array, v: jax.Array) -> jax.Array:
+        return jnp.einsum(spec, a, v.astype(a.dtype), preferred_element_type=jnp.float32)
+
     # first step for all supports in one product ([S*N, N] or [B, S*N, N]), then per support
     if supports.ndim == 3:
-        xk = jnp.einsum("kn,bnf->bkf", supports.reshape(ns * n, n), x).reshape(b, ns, n, f)
+        xk = product("kn,bnf->bkf", supports.reshape(ns * n, n), x).reshape(b, ns, n, f)
         spec = "snm,bsmf->bsnf"
     else:
-        xk = jnp.einsum("bkn,bnf->bkf", supports.reshape(b, ns * n, n), x).reshape(b, ns, n, f)
+        xk = product("bkn,bnf->bkf", supports.reshape(b, ns * n, n), x).reshape(b, ns, n, f)
         spec = "bsnm,bsmf->bsnf"
     powers = [xk]
     for _ in range(max_step - 1):
-        xk = jnp.einsum(spec, supports, xk)
+        xk = product(spec, supports, xk)
         powers.append(xk)
     return [x] + [powers[k][:, s] for s in range(ns) for k in range(max_step)]
 

@@ -14,13 +14,15 @@ model (inputs, DCGRU cells with dual-random-walk diffusion of K = 2 steps, decod
 inputs and a linear projection) written the obvious way with dense ``torch.matmul`` supports.
 
     PYTHONPATH=$PWD python -m mlsys_repro.papers.evogwp.bench --score [--checkpoint PATH] [--days 29] [--stride 1]
+                                                         [--precision both]
 
 times the scoring command's work instead: ``score(model, first --days days of Bitbrains, stride 1)`` on all
-402 VMs (every origin of the month: about 8,000 windows), end to end (evolution graph, forecasts, metrics), once
-cold (compilation included, what a user of ``python -m mlsys_repro.papers.evogwp.score`` waits) and once warm;
-and, on a sample of the same windows, the per-window path (``make_predict``: supports recomputed and multiplied
-per window) against the per-segment path the command uses (``make_segment_predict``). Goal: a month within 2
-minutes on 2 cores.
+402 VMs (every origin of the month: about 8,000 windows), end to end (evolution graph, forecasts, metrics,
+compilation included: what a user of ``python -m mlsys_repro.papers.evogwp.score`` waits), once per
+``--precision`` of the diffusion products (float32, bfloat16 or both); then, on a sample of the same windows,
+the per-window path (``make_predict``: supports recomputed and multiplied per window) against the per-segment
+path the command uses (``make_segment_predict``) in each precision, and how far bfloat16's forecasts and month
+MAE are from float32's. Goal: a month within 2 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -178,13 +180,16 @@ def torch_dcrnn_step(series, scaler, static_adj: np.ndarray, train_end: int, bat
     return one
 
 
-def score_month(checkpoint: Path, days: int, stride: int = 1, sample: int = 384) -> None:
-    """Print the wall time of scoring ``days`` days of Bitbrains at ``stride`` (see the module docstring)."""
+def score_month(
+    checkpoint: Path, days: int, stride: int = 1, sample: int = 384, precisions: tuple[str, ...] = ("float32",)
+) -> None:
+    """Print the wall time of scoring ``days`` days of Bitbrains at ``stride`` in each of ``precisions`` (see
+    the module docstring), and how far the reduced-precision forecasts are from float32's."""
     import pandas as pd
 
     from mlsys_repro.papers.evogwp.inference import _history_series, load
     from mlsys_repro.papers.evogwp.score import score
-    from mlsys_repro.papers.evogwp.train import make_predict, make_segment_predict, segment_grid
+    from mlsys_repro.papers.evogwp.train import make_predict, segment_grid
 
     wm = load_workload_matrix(BITBRAINS)
     t = days * 288
@@ -195,13 +200,17 @@ def score_month(checkpoint: Path, days: int, stride: int = 1, sample: int = 384)
         flush=True,
     )
     f = load(checkpoint)
-    for label in ("cold (compile included)", "warm"):
+    maes = {}
+    for precision in precisions:
         t0 = time.perf_counter()
-        rep = score(f, new, None, stride=stride)
+        rep = score(f, new, None, stride=stride, precision=precision)
         wall = time.perf_counter() - t0
+        maes[precision] = rep["metrics"][f.name]["mae"]
         print(
-            f"score {label:<24} {wall:7.1f} s for {rep['windows']} windows x {rep['entities_scored']} entities "
-            f"({1e3 * wall / rep['windows']:.1f} ms/window; goal <= 120 s)",
+            f"score {rep['precision']:<9} {wall:7.1f} s for {rep['windows']} windows x {rep['entities_scored']} "
+            f"entities, compile included ({1e3 * wall / rep['windows']:.1f} ms/window; goal <= 120 s); "
+            f"{f.name} MAE {maes[precision]:.6f}, last value {rep['metrics']['last_value']['mae']:.6f}; "
+            f"load average {os.getloadavg()[0]:.1f}",
             flush=True,
         )
     if f.context is None:
@@ -213,11 +222,23 @@ def score_month(checkpoint: Path, days: int, stride: int = 1, sample: int = 384)
     arrays = {k: jnp.asarray(v) for k, v in arrays.items()}
     o = np.arange(f.min_origin(), f.min_origin() + sample)
     per_window = jax.jit(make_predict(f.build, f.input_len, f.horizon, f.context))
-    per_segment = jax.jit(make_segment_predict(f.build, f.input_len, f.horizon, f.context))
     grid = jnp.asarray(segment_grid(o, f.context.seg_len)[0])
-    for name, fn, arg in (("per-window", per_window, jnp.asarray(o)), ("per-segment", per_segment, grid)):
+    runs = [("per-window float32", per_window, jnp.asarray(o))]
+    runs += [(f"per-segment {p}", f.segment_predict_fn(p), grid) for p in precisions]
+    outs = {}
+    for name, fn, arg in runs:
         wall, _ = _time(lambda fn=fn, arg=arg: jax.block_until_ready(fn(f.params, arrays, arg)), 2)
-        print(f"forecast {name:<12} {1e3 * wall / sample:6.1f} ms/window wall ({sample} windows)", flush=True)
+        outs[name] = np.asarray(fn(f.params, arrays, arg)).reshape(-1, f.horizon, s.num_entities)
+        print(f"forecast {name:<22} {1e3 * wall / sample:6.1f} ms/window wall ({sample} windows)", flush=True)
+    if "float32" in maes and "bfloat16" in maes:
+        ref, low = outs["per-segment float32"], outs["per-segment bfloat16"]
+        print(
+            f"bfloat16 vs float32: month MAE {maes['bfloat16']:.6f} vs {maes['float32']:.6f} "
+            f"(relative difference {abs(maes['bfloat16'] / maes['float32'] - 1):.2e}); forecasts of the "
+            f"{sample} sampled windows differ by {np.abs(low - ref).mean():.2e} on average, "
+            f"{np.abs(low - ref).max():.2e} at most (%, forecasts average {np.abs(ref).mean():.2f})",
+            flush=True,
+        )
 
 
 def main(argv=None) -> int:
@@ -229,11 +250,18 @@ def main(argv=None) -> int:
     ap.add_argument("--score", action="store_true", help="time the scoring command instead of training steps")
     ap.add_argument("--stride", type=int, default=1, help="--score: score every stride-th window")
     ap.add_argument(
+        "--precision",
+        choices=["float32", "bfloat16", "both"],
+        default="both",
+        help="--score: the diffusion products' precision(s) timed",
+    )
+    ap.add_argument(
         "--checkpoint", type=Path, default=ROOT / "results/evogwp/checkpoints/table_short_bitbrains_evogwp.npz"
     )
     args = ap.parse_args(argv)
     if args.score:
-        score_month(args.checkpoint, args.days or 29, args.stride)
+        precisions = ("float32", "bfloat16") if args.precision == "both" else (args.precision,)
+        score_month(args.checkpoint, args.days or 29, args.stride, precisions=precisions)
         return 0
     args.days = args.days or 10
 

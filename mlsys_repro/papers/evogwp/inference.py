@@ -18,7 +18,7 @@ are dropped (``Forecaster.trim``).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,9 @@ from mlsys_repro.papers.evogwp.schemas import parse_hparams
 from mlsys_repro.papers.evogwp.shapelets import Shapelets
 from mlsys_repro.papers.evogwp.train import make_predict, make_segment_predict, segment_grid
 
+#: Input dtypes of the diffusion products on the per-segment path (accumulation is float32 in both).
+PRECISIONS = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
 
 @dataclass
 class Forecaster:
@@ -45,17 +48,23 @@ class Forecaster:
     build: Any
     static_adj: np.ndarray | None
     evo: EvoInputs | None
+    _segment_fns: dict = field(default_factory=dict, repr=False, compare=False)
 
     @functools.cached_property
     def predict_fn(self):
         """The jitted predict function of this model's architecture (compiled on first use, kept with the model)."""
         return jax.jit(make_predict(self.build, self.input_len, self.horizon, self.context))
 
-    @functools.cached_property
-    def segment_predict_fn(self):
+    def segment_predict_fn(self, precision: str = "float32"):
         """The jitted per-segment predict function (models with a context: supports shared by the windows of
-        a segment)."""
-        return jax.jit(make_segment_predict(self.build, self.input_len, self.horizon, self.context))
+        a segment), its diffusion products in ``precision`` (compiled on first use, kept with the model)."""
+        if precision not in PRECISIONS:
+            raise DataError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+        if precision not in self._segment_fns:
+            dtype = None if precision == "float32" else PRECISIONS[precision]
+            fn = make_segment_predict(self.build, self.input_len, self.horizon, self.context, product_dtype=dtype)
+            self._segment_fns[precision] = jax.jit(fn)
+        return self._segment_fns[precision]
 
     @property
     def name(self) -> str:
@@ -119,9 +128,19 @@ class Forecaster:
             )
         return [pos[e] for e in self.entities]
 
-    def forecast(self, series: Series, origins: np.ndarray) -> np.ndarray:
+    def products_precision(self, precision: str) -> str:
+        """The precision the diffusion products actually run in when ``precision`` is asked for: only the
+        per-segment path of models with a context (EvoGWP) takes ``bfloat16``; every other model runs
+        float32."""
+        if precision not in PRECISIONS:
+            raise DataError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+        return precision if self.context is not None else "float32"
+
+    def forecast(self, series: Series, origins: np.ndarray, precision: str = "float32") -> np.ndarray:
         """Forecasts ``[W, Q, N]`` (data units) of the windows at ``origins`` of ``series`` (columns already
-        chosen with :meth:`entity_columns`; step 0 on a segment boundary for EvoGWP)."""
+        chosen with :meth:`entity_columns`; step 0 on a segment boundary for EvoGWP). ``precision``: the input
+        dtype of EvoGWP's diffusion products (:data:`PRECISIONS`; see :meth:`products_precision`)."""
+        precision = self.products_precision(precision)
         o = np.asarray(origins, dtype=np.int32)
         if o.size == 0:
             return np.zeros((0, self.horizon, series.num_entities), np.float32)
@@ -141,7 +160,7 @@ class Forecaster:
         if self.context is None:
             return np.asarray(self.predict_fn(self.params, arrays, jnp.asarray(o)))
         grid, pos = segment_grid(o, self.context.seg_len)
-        out = np.asarray(self.segment_predict_fn(self.params, arrays, jnp.asarray(grid)))
+        out = np.asarray(self.segment_predict_fn(precision)(self.params, arrays, jnp.asarray(grid)))
         return out.reshape(-1, *out.shape[2:])[pos]
 
 

@@ -255,10 +255,18 @@ def segment_grid(origins: np.ndarray, seg_len: int, batch_windows: int = 16) -> 
     return grid.astype(np.int32), (inv * m + slot).astype(np.int64)
 
 
-def make_segment_predict(build: Build, input_len: int, horizon: int, context: Context, batch_windows: int = 16):
+def make_segment_predict(
+    build: Build,
+    input_len: int,
+    horizon: int,
+    context: Context,
+    batch_windows: int = 16,
+    product_dtype=None,
+):
     """``predict(params, arrays, grid [U, M]) -> [U, M, Q, N]`` for a grid from :func:`segment_grid` (every
     row's origins in one segment): the model is called with ``shared_context=True`` on each row, ``lax.map``
-    over batches of ``max(1, batch_windows // M)`` rows (``vmap`` within a batch)."""
+    over batches of ``max(1, batch_windows // M)`` rows (``vmap`` within a batch). ``product_dtype``: the
+    diffusion products' input dtype (``None`` = float32; see ``EvoGWP.__call__``)."""
     graphdef = graphdef_of(build)
 
     def predict(params, arrays, grid):
@@ -268,7 +276,8 @@ def make_segment_predict(build: Build, input_len: int, horizon: int, context: Co
 
         def row(o):
             batch = gather(arrays, o, input_len, horizon, context)
-            return model(batch, shared_context=True) * arrays["std"] + arrays["mean"]
+            out = model(batch, shared_context=True, product_dtype=product_dtype)
+            return out * arrays["std"] + arrays["mean"]
 
         out = jax.lax.map(jax.vmap(row), grid.reshape(u // per, per, m))
         return out.reshape(u, m, *out.shape[3:])

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from mlsys_repro.papers.evogwp import predict as package_predict
 from mlsys_repro.papers.evogwp.arrays import build_arrays
 from mlsys_repro.papers.evogwp.baselines import last_value
-from mlsys_repro.papers.evogwp.data import prepare
+from mlsys_repro.papers.evogwp.data import DataError, prepare
 from mlsys_repro.papers.evogwp.evaluate import PolicyResult, graph_arrays, prepare_dataset, save_checkpoint
 from mlsys_repro.papers.evogwp.inference import load
 from mlsys_repro.papers.evogwp.schemas import ForecasterPolicy, ForecastParams, TrainParams
@@ -317,3 +317,46 @@ def test_shared_supports_give_the_per_window_forecasts(ckpts, switches):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     # the comparison can fail: these weights move the forecast away from the last value
     assert np.abs(want - last_value(ds.series.filled, o, 12)).max() > 0.1
+    # bfloat16 diffusion products: the same forecasts up to bfloat16 rounding, and really rounded
+    low = make_segment_predict(build, 12, 12, evo.context, product_dtype=jnp.bfloat16)
+    low = np.asarray(low(params, arrays, jnp.asarray(grid)))
+    low = low.reshape(-1, *low.shape[2:])[pos]
+    gap = np.abs(low - got).max()
+    assert 0 < gap < 0.02 * np.abs(want - last_value(ds.series.filled, o, 12)).max(), gap
+
+
+def test_score_precision_flag(ckpts, tmp_path, capsys):
+    """``--precision bfloat16`` runs EvoGWP's diffusion products in bfloat16 (the report says so; metrics
+    within rounding of float32's); models without them report float32; an unknown precision is an error."""
+    names = [f"vm_{i}" for i in range(N)]
+    new = _write_csv(tmp_path / "new.csv.gz", _values(2, seed=6), names)
+    reps = {}
+    for precision in ("float32", "bfloat16"):
+        rc, reps[precision], err = _run(
+            capsys, "--checkpoint", ckpts["evogwp"][0], "--csv", new, "--precision", precision
+        )
+        assert rc == 0, err
+        assert reps[precision]["precision"] == precision
+    assert reps["bfloat16"]["windows"] == reps["float32"]["windows"]
+    assert reps["bfloat16"]["metrics"]["last_value"] == reps["float32"]["metrics"]["last_value"]
+    # with weights whose forecasts depend on the supports, the bfloat16 path is really taken: the metrics
+    # move, by rounding only
+    from mlsys_repro.common.traces.workload import load_workload_matrix
+    from mlsys_repro.papers.evogwp.score import score
+
+    f = load(ckpts["evogwp"][0])
+    leaves, tree = jax.tree.flatten(f.params)
+    keys = jax.random.split(jax.random.key(2), len(leaves))
+    noisy = [a + 0.3 * jax.random.normal(k, a.shape) for a, k in zip(leaves, keys, strict=True)]
+    f.params = jax.tree.unflatten(tree, noisy)
+    wm = load_workload_matrix(new)
+    m32, m16 = (score(f, wm, precision=p)["metrics"]["evogwp"]["mae"] for p in ("float32", "bfloat16"))
+    assert m16 != m32 and m16 == pytest.approx(m32, rel=1e-2)
+    rc, rep, err = _run(capsys, "--checkpoint", ckpts["dlinear"][0], "--csv", new, "--precision", "bfloat16")
+    assert rc == 0 and rep["precision"] == "float32", err
+    with pytest.raises(SystemExit) as e:
+        main(["--checkpoint", str(ckpts["dlinear"][0]), "--csv", str(new), "--precision", "float16"])
+    assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
+    f = load(ckpts["evogwp"][0])
+    with pytest.raises(DataError, match="precision must be one of"):
+        f.products_precision("fp8")
