@@ -39,6 +39,12 @@ from mlsys_repro.papers.evogwp.train import make_predict, make_segment_predict, 
 PRECISIONS = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
+def _check_precision(precision: str) -> None:
+    """Raise :class:`DataError` unless ``precision`` names one of :data:`PRECISIONS`."""
+    if precision not in PRECISIONS:
+        raise DataError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+
+
 @dataclass
 class Forecaster:
     """A trained model restored from a checkpoint."""
@@ -58,8 +64,7 @@ class Forecaster:
     def segment_predict_fn(self, precision: str = "float32"):
         """The jitted per-segment predict function (models with a context: supports shared by the windows of
         a segment), its diffusion products in ``precision`` (compiled on first use, kept with the model)."""
-        if precision not in PRECISIONS:
-            raise DataError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+        _check_precision(precision)
         if precision not in self._segment_fns:
             dtype = None if precision == "float32" else PRECISIONS[precision]
             fn = make_segment_predict(self.build, self.input_len, self.horizon, self.context, product_dtype=dtype)
@@ -132,8 +137,7 @@ class Forecaster:
         """The precision the diffusion products actually run in when ``precision`` is asked for: only the
         per-segment path of models with a context (EvoGWP) takes ``bfloat16``; every other model runs
         float32."""
-        if precision not in PRECISIONS:
-            raise DataError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+        _check_precision(precision)
         return precision if self.context is not None else "float32"
 
     def forecast(self, series: Series, origins: np.ndarray, precision: str = "float32") -> np.ndarray:
