@@ -127,6 +127,36 @@ def test_metrics_reject_nan_predictions_and_shape_mismatch():
         forecast_metrics(np.ones((2, 2)), np.ones((2, 2)))
 
 
+def test_metrics_per_step_accumulation_matches_whole_array_pooling():
+    """The step-by-step sums give the pooled definition computed over the whole array at once: random
+    predictions, gaps, zero targets, an extra ``observed`` mask, and one step with nothing scored (NaN there,
+    ignored in the average)."""
+    rng = np.random.default_rng(0)
+    y = rng.gamma(2.0, 3.0, (7, 4, 5))
+    y[rng.random(y.shape) < 0.2] = 0.0
+    y[rng.random(y.shape) < 0.1] = NAN
+    y[:, 2] = NAN
+    p = y + rng.normal(0.0, 2.0, y.shape)
+    p[np.isnan(p)] = 1.0
+    observed = rng.random(y.shape) < 0.9
+    m = forecast_metrics(p, y, observed)
+    obs = observed & np.isfinite(y)
+    nz = obs & (np.nan_to_num(y) != 0)
+    ae = np.abs(p - np.nan_to_num(y))
+    y_nz = np.where(nz, np.abs(np.nan_to_num(y)), 1.0)
+    refs = {"mae": (ae, obs), "rmse": (ae**2, obs), "mae_masked": (ae, nz), "rmse_masked": (ae**2, nz),
+            "mape_masked": (100 * ae / y_nz, nz)}
+    for name, (err, mask) in refs.items():
+        avg, per_h = m[name]
+        want_avg = err[mask].mean()
+        want_h = np.array([err[:, h][mask[:, h]].mean() if mask[:, h].any() else NAN for h in range(4)])
+        if name.startswith("rmse"):
+            want_avg, want_h = np.sqrt(want_avg), np.sqrt(want_h)
+        assert avg == pytest.approx(want_avg, rel=1e-12), name
+        np.testing.assert_allclose(per_h, want_h, rtol=1e-12, err_msg=name)
+        assert np.isnan(per_h[2]), name
+
+
 def _reference(path: str):
     """Last value and seasonal naive on the last 20 %, NaN forward-filled, every window, as data/README.md."""
     import pandas as pd
