@@ -245,3 +245,24 @@ def make_attack(setup: AttackSetup, apply_t: Callable) -> Callable:
         return x * std + mean, ys, rate
 
     return attack
+
+
+def make_attacks(setup: AttackSetup, apply_t: Callable) -> Callable:
+    """``attacks(keys [S, R], params_t [S, ...]) -> (x_pix [S, R, B, H, W, C], classes [B], rate [S, R, B])``, jitted.
+
+    ``R`` independent runs of :func:`make_attack` against each of ``S`` targets (seeds): each run has its own
+    generator, latent codes and query directions and the full per-attack budget (``steps`` x
+    ``queries_per_step``). Repeats are a measurement device: they sample the same attack ``R`` times to shrink a
+    seed's error (a seed's target holds only 5-7 attackable classes), they do not pool queries into a stronger
+    attacker. Adding images per class instead would change the attack: one generator then spreads the same
+    steps over more images.
+    """
+    one = make_attack(setup, apply_t)
+    per_target = jax.vmap(one, in_axes=(0, None))  # over repeats
+
+    @jax.jit
+    def attacks(keys, params_t):
+        x, ys, rate = jax.vmap(per_target)(keys, params_t)
+        return x, ys[0, 0], rate
+
+    return attacks

@@ -147,6 +147,7 @@ class AttackConfig:
     attackers: list[str] = field(default_factory=lambda: list(ATTACKERS))
     target_client: int = 0
     images_per_class: int = 2
+    repeats: int = 1  # independent attacks per target (own generator, codes, directions; each with the full budget)
     min_class_count: int = 10  # a class is attacked/evaluated if the target holds at least this many
     latent_dim: int = 32
     steps: int = 400  # generator updates
@@ -169,7 +170,7 @@ class AttackConfig:
             raise ValueError(f"query_fraction must be in (0, 1], got {self.query_fraction}")
         if self.direction_res < 0:
             raise ValueError(f"direction_res must be >= 0, got {self.direction_res}")
-        for name in ("images_per_class", "steps", "directions", "latent_dim", "evaluator_steps"):
+        for name in ("images_per_class", "repeats", "steps", "directions", "latent_dim", "evaluator_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("mu", "sign_delta", "lr"):

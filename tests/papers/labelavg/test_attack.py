@@ -13,6 +13,7 @@ from mlsys_repro.papers.labelavg.attack import (
     directions,
     extract,
     make_attack,
+    make_attacks,
     make_view,
     sign_gradient,
     view_labels,
@@ -103,6 +104,26 @@ def test_attack_on_logits_makes_the_target_agree(attacker):
     x, ys, rate = atk(jax.random.key(0), W)
     assert x.shape == (6, *SHAPE) and ys.tolist() == [0, 0, 1, 1, 2, 2]
     assert float(rate.mean()) == 1.0 and float(rate0.mean()) < 1.0
+
+
+def test_repeated_attacks_are_independent_runs_of_the_single_attack():
+    """Repeats sample the same attack (own generator, codes, directions, full budget each); they pool no queries."""
+    keys = jax.random.split(jax.random.key(0), (2, 3))
+    params = jnp.stack([W, -W])  # one target per seed
+    # whitebox: exact gradients, so batched and single runs agree to float rounding; zo divides differences of
+    # losses by mu = 1e-3, which turns the batched program's different rounding into ~1e-3 of a pixel on average
+    for attacker, atol in (("whitebox", 1e-5), ("zo", 3e-3)):
+        setup = _setup("fedmd", attacker, steps=5)
+        x, ys, rate = make_attacks(setup, apply_t)(keys, params)
+        assert x.shape == (2, 3, 6, *SHAPE) and rate.shape == (2, 3, 6) and ys.tolist() == [0, 0, 1, 1, 2, 2]
+        one = jax.jit(make_attack(setup, apply_t))
+        for s in range(2):
+            for r in range(3):
+                xs, _, _ = one(keys[s, r], params[s])
+                assert float(jnp.abs(x[s, r] - xs).mean()) < atol, attacker
+        assert float(jnp.abs(x[0, 0] - x[0, 1]).max()) > 0.05  # the repeats are different attacks
+    with pytest.raises(ValueError, match="repeats"):
+        _cfg(repeats=0)
 
 
 def test_black_box_attackers_never_differentiate_the_client_model():
