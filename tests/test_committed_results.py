@@ -19,3 +19,22 @@ def test_committed_reports_match_the_checker(tmp_path):
         if (res / rel).read_bytes() != (ROOT / "results" / rel).read_bytes():
             stale.append(rel)
     assert not stale, f"regenerate with `python -m mlsys_repro.common.repro.claims` and commit: {stale}"
+
+
+def test_paper_readmes_show_the_committed_verdicts():
+    """Each paper README carries the verdict table generated from its committed claims.csv, unedited."""
+    import pandas as pd
+
+    from mlsys_repro.common.repro.claims.report import README_BEGIN, README_END, readme_block
+
+    out_of_sync = []
+    for readme in sorted((ROOT / "mlsys_repro" / "papers").glob("*/README.md")):
+        csv = ROOT / "results" / readme.parent.name / "claims.csv"
+        if not csv.exists():
+            continue
+        text = readme.read_text()
+        block = readme_block(pd.read_csv(csv))
+        assert block.startswith(README_BEGIN) and block.endswith(README_END)
+        if block not in text:
+            out_of_sync.append(readme.parent.name)
+    assert not out_of_sync, f"run `python -m mlsys_repro.common.repro.claims --sync-readmes`: {out_of_sync}"

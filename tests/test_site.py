@@ -23,9 +23,11 @@ from tests.conftest import ROOT
 def _verdicts():
     doc = [
         {"id": "h1", "class": "headline", "source": "abstract", "text": "fast is 2x", "experiment": "costs",
-         "metric": "m", "ours": "a", "baseline": "b", "kind": "ratio", "paper_value": 2.0},
+         "metric": "m", "ours": "a", "baseline": "b", "kind": "ratio", "paper_value": 2.0, "regime": "toy <1 Gbps>",
+         "revised": [{"date": "2026-12-06", "change": "band & metric", "before": "REPRODUCED"}]},
         {"id": "s1", "class": "secondary", "source": "text", "text": "fast <beats> slow & more", "experiment": "costs",
-         "metric": "m", "ours": "b", "baseline": "a", "kind": "ratio"},
+         "metric": "m", "ours": "b", "baseline": "a", "kind": "ratio", "min_effect": 1.05, "min_effect_why": "5 %",
+         "regime": "toy"},
         {"id": "k1", "class": "check", "source": "notes", "text": "bytes", "experiment": "other", "metric": "m",
          "ours": "a", "baseline": "b", "kind": "ratio", "deterministic": True},
     ]

@@ -1,4 +1,5 @@
-"""Claims checker: CI maths, every verdict rule, "up to", gates, censoring, non-inferiority, schema, reports, CLI."""
+"""Claims checker: CI maths, every verdict rule, "up to", gates per cell, NOT_TESTED, censoring, non-inferiority, damaged
+results, schema, classes and revisions, reports, CLI."""
 
 from __future__ import annotations
 
@@ -28,7 +29,11 @@ def frame(values: dict[str, list[float]], metric="m", **cols) -> pd.DataFrame:
 
 def claim(**kw):
     base = {"id": "c", "class": "headline", "source": "abstract", "experiment": "e", "metric": "m", "ours": "a",
-            "baseline": "b", "kind": "ratio", "better": "lower", "paper_value": 2.0}
+            "baseline": "b", "kind": "ratio", "better": "lower", "paper_value": 2.0, "regime": "toy"}
+    if kw.get("paper_value", 2.0) is None and "min_effect" not in kw and "margin" not in kw:
+        kw = {"min_effect": 1.0001 if kw.get("kind", "ratio") == "ratio" else 1e-4, "min_effect_why": "toy", **kw}
+    elif "min_effect" in kw and "min_effect_why" not in kw and kw["min_effect"] is not None:
+        kw = {"min_effect_why": "toy", **kw}
     base.update(kw)
     base = {k: v for k, v in base.items() if v is not None}
     return parse_claims([base])[0]
@@ -62,19 +67,46 @@ def test_mean_ci_contains_mean(xs):
 # ---------------------------------------------------------------------------------------------- the rules
 
 
-@pytest.mark.parametrize("lo, hi, band, verdict", [
-    (1.9, 2.1, (1.8, 2.2), "REPRODUCED"),         # excludes no effect, inside the band
-    (1.1, 1.85, (1.8, 2.2), "REPRODUCED"),        # overlapping the band's edge is enough
-    (1.02, 1.08, (2.844, 3.476), "DIRECTION_ONLY"),  # 1.05x against a claimed 3.16x
-    (4.0, 5.0, (1.8, 2.2), "DIRECTION_ONLY"),     # wholly above the band
-    (0.7, 0.9, (1.8, 2.2), "NOT_REPRODUCED"),     # wrong direction
-    (0.95, 1.2, (1.8, 2.2), "NOT_REPRODUCED"),    # contains no effect, excludes the band: absence shown
-    (0.9, 2.0, (1.8, 2.2), "INCONCLUSIVE"),       # contains both: cannot tell
-    (0.9, 1.5, None, "INCONCLUSIVE"),             # no band, contains no effect: absence cannot be shown
-    (1.01, 1.5, None, "REPRODUCED"),              # no band: any significant effect in the claimed direction
+@pytest.mark.parametrize("mean, lo, hi, band, verdict, why", [
+    (2.0, 1.9, 2.1, (1.8, 2.2), "REPRODUCED", ""),           # excludes no effect, mean inside the band
+    (1.9, 1.1, 2.7, (1.8, 2.2), "REPRODUCED", ""),           # wide CI, mean inside: REPRODUCED
+    (1.5, 1.1, 1.85, (1.8, 2.2), "DIRECTION_ONLY", "size not pinned down"),  # CI overlaps, mean outside
+    (2.26, 1.44, 3.08, (1.32, 1.62), "DIRECTION_ONLY", "size not pinned down"),  # the swallow case (T1, SD 0.6)
+    (1.05, 1.02, 1.08, (2.844, 3.476), "DIRECTION_ONLY", "size differs"),  # 1.05x against a claimed 3.16x
+    (4.5, 4.0, 5.0, (1.8, 2.2), "DIRECTION_ONLY", "wholly above"),
+    (0.8, 0.7, 0.9, (1.8, 2.2), "NOT_REPRODUCED", "wrong direction"),
+    (1.05, 0.95, 1.2, (1.8, 2.2), "NOT_REPRODUCED", "excludes the claimed band"),  # absence shown
+    (1.9, 0.9, 2.0, (1.8, 2.2), "INCONCLUSIVE", "both"),      # contains both: cannot tell
+    (1.2, 0.9, 1.5, None, "INCONCLUSIVE", "no min_effect"),
+    (1.2, 1.01, 1.5, None, "REPRODUCED", ""),
 ])
-def test_classify_rules(lo, hi, band, verdict):
-    assert classify(lo, hi, 1.0, band)[0] == verdict
+def test_classify_rules(mean, lo, hi, band, verdict, why):
+    got, note = classify(mean, lo, hi, 1.0, band)
+    assert got == verdict and why in note
+
+
+def test_min_effect_floor_rules():
+    floor = (1.05, math.inf)
+    assert classify(1.10, 1.07, 1.13, 1.0, floor, floor=True)[0] == "REPRODUCED"
+    # significant but trivial: the whole CI sits between no effect and the smallest effect that counts
+    v, why = classify(1.01, 1.005, 1.015, 1.0, floor, floor=True)
+    assert v == "NOT_REPRODUCED" and "smallest effect" in why
+    # significant, mean below min_effect, CI reaching it: direction shown, size not
+    assert classify(1.04, 1.01, 1.07, 1.0, floor, floor=True) == (
+        "DIRECTION_ONLY", "size not pinned down: the mean lies below the band, the 95 % CI overlaps it")
+    # a precise null (the fedfoa case: +0.21 pp [-0.17, 0.58] against 1 pp) reads NOT_REPRODUCED
+    assert classify(0.21, -0.17, 0.58, 0.0, (1.0, math.inf), floor=True)[0] == "NOT_REPRODUCED"
+
+
+def test_noise_cannot_buy_reproduced():
+    """T1 of the honesty review: the same mean 2.26 against a paper value of 1.47 is never REPRODUCED, however wide
+    the CI; the narrow CI says the size differs, the wide one that it is not pinned down."""
+    rng = np.random.default_rng(0)
+    for sd, why in ((0.05, "size differs"), (0.6, "size not pinned down")):
+        z = rng.normal(0, 1, 5)
+        eff = 2.26 + sd * (z - z.mean()) / z.std(ddof=1)
+        v = evaluate(claim(paper_value=1.47), frame({"a": list(10 / eff), "b": [10.0] * 5}))
+        assert v.verdict == "DIRECTION_ONLY" and why in v.note, (sd, v.note)
 
 
 def test_reproduced_ratio():
@@ -86,13 +118,13 @@ def test_reproduced_ratio():
 def test_small_effect_against_large_paper_value_is_direction_only():
     df = frame({"a": [9.5, 9.52, 9.48], "b": [10.0, 10.0, 10.0]})  # ~1.05x against 3.16x
     v = evaluate(claim(paper_value=3.16), df)
-    assert v.verdict == "DIRECTION_ONLY" and "below the claimed band" in v.note
+    assert v.verdict == "DIRECTION_ONLY" and "size differs" in v.note and "below" in v.note
 
 
-def test_ci_overlapping_the_band_counts_even_if_the_mean_is_outside():
+def test_ci_overlapping_the_band_with_the_mean_outside_is_direction_only():
     df = frame({"a": [10 / 1.6, 10 / 1.75, 10 / 1.9], "b": [10.0] * 3})  # mean ~1.75, CI reaches 1.8
     v = evaluate(claim(), df)
-    assert v.mean < 1.8 <= v.hi and v.verdict == "REPRODUCED"
+    assert v.mean < 1.8 <= v.hi and v.verdict == "DIRECTION_ONLY" and "size not pinned down" in v.note
 
 
 def test_not_reproduced_wrong_direction():
@@ -105,16 +137,21 @@ def test_noise_that_could_hold_the_paper_value_is_inconclusive():
     df = frame({"a": [5.0, 15.0, 9.0], "b": [10.0, 10.0, 10.0]})  # CI spans 1 and 2
     v = evaluate(claim(), df)
     assert v.lo < 1 < 2 < v.hi and v.verdict == "INCONCLUSIVE"
-    assert evaluate(claim(paper_value=None), df).verdict == "INCONCLUSIVE"
+    assert evaluate(claim(paper_value=None, min_effect=1.05), df).verdict == "INCONCLUSIVE"
 
 
 def test_precise_null_result_is_not_reproduced():
     df = frame({"a": [10.0, 10.05, 9.95, 10.02, 9.98], "b": [10.0] * 5})  # ratio ~1 +- 0.005
     assert evaluate(claim(), df).verdict == "NOT_REPRODUCED"
-    # without a paper value the same data needs a stated min_effect to show absence
-    assert evaluate(claim(paper_value=None), df).verdict == "INCONCLUSIVE"
     v = evaluate(claim(paper_value=None, min_effect=1.05), df)
     assert v.verdict == "NOT_REPRODUCED" and "min_effect 1.050" in v.note
+
+
+def test_trivial_effect_is_not_reproduced_against_min_effect():
+    """T6: 1.001x measured precisely is significant, but smaller than the stated smallest effect."""
+    df = frame({"a": [10 / 1.001, 10 / 1.0011, 10 / 1.0009], "b": [10.0] * 3})
+    v = evaluate(claim(paper_value=None, min_effect=1.05), df)
+    assert v.lo > 1 and v.verdict == "NOT_REPRODUCED" and "smallest effect" in v.note
 
 
 @pytest.mark.parametrize("ours, verdict", [(10 / 2.2, "REPRODUCED"), (10 / 2.2001, "DIRECTION_ONLY"),
@@ -155,7 +192,7 @@ def test_pct_gain_and_diff():
     v = evaluate(claim(kind="pct_gain", better="higher", paper_value=12.5), df)
     assert v.verdict == "REPRODUCED" and v.mean == pytest.approx(12.5, abs=0.7)
     df = frame({"a": [0.9, 0.92, 0.91], "b": [0.8, 0.81, 0.8]})
-    v = evaluate(claim(kind="diff", better="higher", paper_value=None), df)
+    v = evaluate(claim(kind="diff", better="higher", paper_value=None, min_effect=0.01), df)
     assert v.verdict == "REPRODUCED" and v.mean == pytest.approx(0.1067, abs=1e-3)
 
 
@@ -172,7 +209,7 @@ def test_non_inferiority_margin(ours, verdict):
     assert v.verdict == verdict and "non-inferiority" in v.note
 
 
-def test_up_to_uses_bonferroni_corrected_intervals():
+def test_up_to_uses_bonferroni_for_significance_and_the_plain_ci_for_the_band():
     rng = np.random.default_rng(0)
     a = 10 / (1.3 + rng.normal(0, 0.05, 5))
     parts = [frame({"a": list(a), "b": [10.0] * 5}, bw=1.0), frame({"a": [10.0] * 5, "b": [10.0] * 5}, bw=10.0)]
@@ -182,6 +219,20 @@ def test_up_to_uses_bonferroni_corrected_intervals():
     m, lo, hi, n = mean_ci(eff, level=1 - 0.05 / 2)
     assert (v.mean, v.lo, v.hi, v.n) == pytest.approx((m, lo, hi, n)) and v.level == pytest.approx(0.975)
     assert v.verdict == "REPRODUCED" and "bw=1.0" in v.note and "97.5 % CI" in v.measured()
+
+
+def test_bonferroni_does_not_loosen_the_band_test():
+    """An "up to" effect whose Bonferroni CI overlaps the band but whose plain 95 % CI does not: size differs."""
+    z = np.array([-1.2, -0.4, 0.0, 0.5, 1.1])
+    eff = 2.26 + 0.35 * (z - z.mean()) / z.std(ddof=1)  # 95 % CI ~[1.83, 2.69]; 99 % ~[1.54, 2.98]
+    parts = [frame({"a": list(10 / eff), "b": [10.0] * 5}, bw=float(k)) for k in range(1)]
+    parts += [frame({"a": [10.0] * 5, "b": [10.0] * 5}, bw=float(k)) for k in range(1, 5)]
+    band_hi = 1.47 * 1.1
+    m, lo99, hi99, _ = mean_ci(eff, level=1 - 0.05 / 5)
+    _, lo95, hi95, _ = mean_ci(eff)
+    assert lo99 < band_hi < lo95  # the corrected CI would overlap the band, the plain one does not
+    v = evaluate(claim(over="bw", aggregate="max", paper_value=1.47), pd.concat(parts))
+    assert v.verdict == "DIRECTION_ONLY" and "size differs" in v.note
 
 
 def test_up_to_false_positive_rate_on_pure_noise_stays_near_nominal():
@@ -211,7 +262,7 @@ def test_on_average_is_the_per_seed_mean_and_every_condition_takes_the_worst():
 
 
 def test_ordering_takes_the_worst_baseline():
-    c = claim(kind="ordering", baseline=["b", "c"], paper_value=None)
+    c = claim(kind="ordering", baseline=["b", "c"], paper_value=None, min_effect=0.05)
     df = frame({"a": [1.0, 1.1, 0.9], "b": [2.0, 2.1, 1.9], "c": [3.0, 3.0, 3.1]})
     v = evaluate(c, df)
     assert v.verdict == "REPRODUCED" and v.mean == pytest.approx(1.0) and "against: none" in v.note
@@ -245,27 +296,124 @@ def test_censoring_on_either_side():
     assert v.verdict == "INCONCLUSIVE" and "ours in 1/3" in v.note
     v = evaluate(c, _tta([1.0] * 3, [1.0, 0.0, 1.0]))  # a censored baseline cannot decide the size either
     assert v.verdict == "INCONCLUSIVE" and "by b in 1/3" in v.note
-    v = evaluate(c, _tta([1.0] * 3, [0.0] * 3))  # censoring decides: ours always, the baseline never
-    assert v.verdict == "REPRODUCED" and "lower bound" in v.note
-    v = evaluate(claim(reached="reached_target", paper_value=5.0), _tta([1.0] * 3, [0.0] * 3))
-    assert v.verdict == "INCONCLUSIVE" and "lower bound" in v.note  # 2x bound cannot show the claimed 5x
     v = evaluate(c, _tta([0.0] * 3, [1.0] * 3, a=(10.0, 10.0, 10.0), b=(5.0, 5.1, 4.9)))
     assert v.verdict == "NOT_REPRODUCED" and "ours never reached" in v.note
     v = evaluate(c, frame({"a": [5.0, 5.1, 4.9], "b": [10.0] * 3}))
     assert v.verdict == "INCONCLUSIVE" and "not recorded" in v.note
 
 
-def test_gates_make_claims_inconclusive_and_say_which():
-    df = pd.concat([frame({"a": [5.0, 5.1, 4.9], "b": [10.0] * 3}),
-                    frame({"a": [1.0, 1.0, 0.0], "b": [1.0] * 3}, metric="converged")])
-    v = evaluate(claim(requires=["converged"]), df)
-    assert v.verdict == "INCONCLUSIVE" and "gate 'converged' failed in 1/6 runs (a)" in v.note
+def test_a_censored_lower_bound_shows_direction_but_never_pins_a_point_size():
+    """T8: ours always reached the target, the baseline never; the effect (2x) is a lower bound."""
+    decided = _tta([1.0] * 3, [0.0] * 3)
+    v = evaluate(claim(reached="reached_target", paper_value=2.0), decided)  # lower bound inside the point band
+    assert v.verdict == "DIRECTION_ONLY" and "lower bound" in v.note and "not pinned down" in v.note
+    v = evaluate(claim(reached="reached_target", paper_value=1.5, match="at_least"), decided)
+    assert v.verdict == "REPRODUCED" and "lower bound" in v.note  # "at least 1.5x": a lower bound of 2x shows it
+    v = evaluate(claim(reached="reached_target", paper_value=None, min_effect=1.5), decided)
+    assert v.verdict == "REPRODUCED"
+    v = evaluate(claim(reached="reached_target", paper_value=1.2), decided)
+    assert v.verdict == "DIRECTION_ONLY" and "above the claimed band" in v.note
+
+
+def _gated(conv_a, conv_b=(1.0, 1.0, 1.0), **cols):
+    return pd.concat([frame({"a": [5.0, 5.1, 4.9], "b": [10.0] * 3}, **cols),
+                      frame({"a": list(conv_a), "b": list(conv_b)}, metric="converged", **cols)])
+
+
+def test_every_cell_failing_its_gates_is_not_tested_with_the_ungated_verdict_beside_it():
+    v = evaluate(claim(requires=["converged"]), _gated([1.0, 1.0, 0.0]))  # 2/3 < 80 %
+    assert v.verdict == "NOT_TESTED" and v.ungated == "REPRODUCED"
+    assert "a: converged passed 2/3" in v.note and "ungated: REPRODUCED" in v.note
     assert v.mean == pytest.approx(2.0, rel=0.02)  # the effect is still shown
+    ok = evaluate(claim(requires=["converged"]), _gated([1.0, 1.0, 1.0]))
+    assert ok.verdict == "REPRODUCED" and ok.ungated == "" and not ok.dropped
+    # a claim may pre-register another fraction
+    assert evaluate(claim(requires=["converged"], gate_fraction=0.6), _gated([1.0, 1.0, 0.0])).verdict == "REPRODUCED"
+
+
+def test_failing_gates_never_protect_a_negative_result():
+    """T3: ours trains fine and loses: a gate cannot turn that into INCONCLUSIVE."""
+    df = pd.concat([frame({"a": [12.0, 12.1, 11.9], "b": [10.0] * 3}),
+                    frame({"a": [1.0] * 3, "b": [1.0] * 3}, metric="converged")])
+    assert evaluate(claim(requires=["converged"]), df).verdict == "NOT_REPRODUCED"
+
+
+def test_gates_are_judged_per_cell_and_one_bad_cell_drops_only_itself():
+    """T4: the gate fails in one of two conditions of an ``aggregate: mean``; the valid condition decides, with all
+    its seeds, and the note names the dropped cell."""
+    good = pd.concat([frame({"a": [12.0, 12.1, 11.9], "b": [10.0] * 3}, ds="azure"),
+                      frame({"a": [1.0] * 3, "b": [1.0] * 3}, metric="converged", ds="azure")])
+    bad = pd.concat([frame({"a": [5.0, 5.0, 5.0], "b": [10.0] * 3}, ds="bitbrains"),
+                     frame({"a": [0.0, 0.0, 1.0], "b": [1.0] * 3}, metric="converged", ds="bitbrains")])
+    c = claim(requires=["converged"], over="ds", aggregate="mean", paper_value=None, min_effect=1.02)
+    v = evaluate(c, pd.concat([good, bad]))
+    assert v.verdict == "NOT_REPRODUCED" and v.ungated == "REPRODUCED" and v.n == 3  # the bad cell flattered it
+    assert "a at ds=bitbrains: converged passed 1/3" in v.note and v.mean == pytest.approx(10 / 12, rel=0.01)
+
+
+def test_an_up_to_whose_dropped_cell_shows_more_cannot_pin_the_size():
+    """The best valid condition lies in the band, but a dropped condition shows a larger effect: the maximum over
+    all conditions is unknown, so the size is not pinned down."""
+    valid = pd.concat([frame({"a": [5.0, 5.1, 4.9], "b": [10.0] * 3}, bw=10.0),
+                       frame({"b": [1.0] * 3}, metric="baseline_reached", bw=10.0)])
+    dropped = pd.concat([frame({"a": [3.0, 3.1, 2.9], "b": [10.0] * 3}, bw=1.0),
+                         frame({"b": [0.0] * 3}, metric="baseline_reached", bw=1.0)])
+    c = claim(requires=["baseline_reached"], over="bw", aggregate="max")
+    v = evaluate(c, pd.concat([valid, dropped]))
+    assert v.mean == pytest.approx(2.0, rel=0.02) and v.verdict == "DIRECTION_ONLY"
+    assert "dropped cells show a larger effect (bw=1.0: 3.3" in v.note
+    assert evaluate(c, valid).verdict == "REPRODUCED"
+
+
+def test_a_baseline_whose_cells_all_fail_leaves_an_ordering():
+    df = pd.concat([frame({"a": [1.0, 1.1, 0.9], "b": [2.0, 2.1, 1.9], "c": [0.5, 0.5, 0.5]}),
+                    frame({"a": [1.0] * 3, "c": [0.0] * 3}, metric="converged")])
+    c = claim(kind="ordering", baseline=["b", "c"], paper_value=None, min_effect=0.5, requires=["converged"])
+    v = evaluate(c, df)
+    assert v.verdict == "REPRODUCED" and "not compared (every cell failed its gates): c" in v.note
+    assert v.ungated == "NOT_REPRODUCED"
+
+
+def test_a_gate_each_run_passes_with_p_09_no_longer_voids_large_studies():
+    """T2: with "any 0" the chance of voiding a claim grew with n (41 / 79 / 99 % at 5 / 15 / 50 seeds); per cell at
+    80 % it shrinks as n grows."""
+    rng = np.random.default_rng(3)
+    rates = {}
+    for n in (5, 15, 50):
+        void = 0
+        for _ in range(200):
+            gates = (rng.random(n) < 0.9).astype(float)
+            df = pd.concat([frame({"a": list(12 + rng.normal(0, 0.2, n)), "b": [10.0] * n}),
+                            frame({"a": list(gates)}, metric="converged")])
+            void += evaluate(claim(requires=["converged"]), df).verdict == "NOT_TESTED"
+        rates[n] = void / 200
+    assert rates[50] < rates[15] < 0.25 and rates[5] < 0.5
+
+
+def test_experiment_wide_and_missing_gates():
     ok = pd.concat([frame({"a": [5.0, 5.1, 4.9], "b": [10.0] * 3}),
                     frame({"-": [1.0]}, metric="beats_trivial")])  # an experiment-wide gate row
     assert evaluate(claim(requires=["beats_trivial"]), ok).verdict == "REPRODUCED"
     v = evaluate(claim(requires=["arms_differ"]), ok)
-    assert v.verdict == "INCONCLUSIVE" and "not recorded" in v.note
+    assert v.verdict == "INCONCLUSIVE" and "not recorded" in v.note and v.ungated == "REPRODUCED"
+
+
+# ---------------------------------------------------------------------------------------------- damaged results
+
+
+def test_nan_values_are_damage_not_fewer_seeds():
+    """T7: 2 of 5 NaN used to give REPRODUCED with n = 3 and no warning."""
+    df = frame({"a": [5.0, np.nan, 5.1, np.nan, 4.9], "b": [10.0] * 5})
+    v = evaluate(claim(), df)
+    assert v.verdict == "INCONCLUSIVE" and v.damaged and "result file damaged" in v.note and "2 of 5" in v.note
+
+
+def test_seeds_on_one_side_only_and_missing_columns_are_damage():
+    df = pd.concat([frame({"a": [5.0, 5.1, 4.9]}), frame({"b": [10.0, 10.0]})])
+    v = evaluate(claim(), df)
+    assert v.verdict == "INCONCLUSIVE" and "only on ours's side" in v.damaged
+    v = evaluate(claim(), frame({"a": [5.0, 5.1], "b": [10.0] * 2}).rename(columns={"value": "val"}))
+    assert v.verdict == "INCONCLUSIVE" and "'value'" in v.damaged
 
 
 def test_skipped_cases():
@@ -337,7 +485,7 @@ def test_schema_errors(bad, needle):
 
 def test_duplicate_ids_and_missing_fields():
     c = {"id": "c", "class": "check", "source": "reconstruction", "experiment": "e", "metric": "m", "ours": "a",
-         "baseline": "b", "kind": "ratio"}
+         "baseline": "b", "kind": "ratio", "min_effect": 1.05, "min_effect_why": "5 %"}
     with pytest.raises(ClaimsSchemaError, match="duplicate"):
         parse_claims([c, c])
     with pytest.raises(ClaimsSchemaError, match="missing field 'metric'"):
@@ -357,7 +505,7 @@ def test_reports_separate_classes_and_show_checks_as_pass_fail():
     md = paper_markdown("p", "Title", vs, {"e": "fresh"})
     assert "`h1`" in md and "`s1`" in md and "./reproduce.sh p" in md and "SKIPPED" in md
     assert md.index("## Headline") < md.index("`h1`") < md.index("## Secondary") < md.index("## Checks")
-    assert "**PASS**" in md and "- check: PASS 1" in md and "- headline: REPRODUCED 1" in md
+    assert "**PASS**" in md and "- check (not counted): PASS 1" in md and "- headline (counted): REPRODUCED 1" in md
     summary = summary_markdown({"p": vs}, {"p": {"e": "stale: code changed"}})
     assert "p/e" in summary and "stale: code changed" in summary and "INCONCLUSIVE 0" in summary
 
@@ -368,15 +516,15 @@ def test_cli_checks_any_claims_file_against_any_folder(tmp_path, capsys):
     frame({"a": [5.0, 5.1, 4.9], "b": [10.0, 10.0, 10.0]}).to_csv(d / "e.csv", index=False)
     doc = {"paper": "p", "claims": [
         {"id": "x", "class": "headline", "source": "abstract", "experiment": "e", "metric": "m", "ours": "a",
-         "baseline": "b", "kind": "ratio", "paper_value": 2.0},
+         "baseline": "b", "kind": "ratio", "paper_value": 2.0, "regime": "toy"},
         {"id": "y", "class": "secondary", "source": "text", "experiment": "missing", "metric": "m", "ours": "a",
-         "baseline": "b", "kind": "ratio"}]}
+         "baseline": "b", "kind": "ratio", "min_effect": 1.05, "min_effect_why": "5 %", "regime": "toy"}]}
     cf = tmp_path / "claims.yaml"
     cf.write_text(yaml.safe_dump(doc))
     out = tmp_path / "v.csv"
     assert main(["--claims", str(cf), "--csv-dir", str(d), "--out", str(out)]) == 0
     got = pd.read_csv(out)
-    assert list(got.columns) == ["claim", "verdict", "mean", "lo", "hi", "n", "note"]
+    assert list(got.columns) == ["claim", "verdict", "ungated", "mean", "lo", "hi", "n", "note"]
     assert got.set_index("claim")["verdict"].to_dict() == {"x": "REPRODUCED", "y": "SKIPPED"}
     cf.write_text("claims: [{id: z}]")
     assert main(["--claims", str(cf), "--csv-dir", str(d)]) == 2

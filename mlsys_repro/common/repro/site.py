@@ -1,7 +1,9 @@
 """The reviewer's page: ``results/index.html``, one self-contained file (no network) next to the results.
 
-A front table of every claim (paper, class, claim, paper value, measured mean [CI], n, verdict, freshness),
-filterable by paper, class and verdict; then one section per paper with, for each experiment, the claims it
+A first screen of verdict counts per paper and counted class (NOT_TESTED apart from INCONCLUSIVE); a table of every
+claim (paper, class, claim, regime, paper value, measured mean [CI], n, verdict, the ungated verdict where gates
+dropped cells, revisions made after results were seen with the verdict before, freshness), filterable by paper,
+class and verdict; then one section per paper with, for each experiment, the claims it
 decides, its figures (linked relatively, so the page works from a fresh clone or a copied ``results/`` folder), the
 exact command that regenerates it, its CSV and its provenance (commit, profile, seeds, code fingerprint, date,
 wall time: the experiment's manifest); each paper section opens with a "paper vs ours" table of the claims for
@@ -20,8 +22,9 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mlsys_repro.common.repro.claims.evaluate import Verdict, _fmt
-from mlsys_repro.common.repro.claims.report import VERDICT_MEANING
+from mlsys_repro.common.repro.claims.evaluate import VERDICTS, Verdict, _fmt
+from mlsys_repro.common.repro.claims.report import VERDICT_MEANING, counts
+from mlsys_repro.common.repro.claims.schema import CLASSES, COUNTED
 from mlsys_repro.common.repro.results import atomic_write_bytes
 
 _CSS = """
@@ -30,7 +33,7 @@ table{border-collapse:collapse;width:100%;margin:.6em 0}th,td{border:1px solid #
 vertical-align:top;text-align:left}th{background:#f2f2f2}code{font-size:12px}
 .badge{font-weight:600;padding:1px 6px;border-radius:3px;white-space:nowrap}
 .REPRODUCED,.PASS{background:#c8f0c8}.DIRECTION_ONLY{background:#fde9b0}.NOT_REPRODUCED,.FAIL{background:#f6c6c6}
-.INCONCLUSIVE{background:#dcdcf4}.SKIPPED{background:#e6e6e6}.stale,.missing,.incomplete{color:#a40}
+.INCONCLUSIVE{background:#dcdcf4}.NOT_TESTED{background:#e8d4f0}.SKIPPED{background:#e6e6e6}.stale,.missing,.incomplete{color:#a40}
 figure{display:inline-block;margin:.4em}figure img{max-width:540px;border:1px solid #ddd}
 .controls label{margin-right:1.2em}.muted{color:#666}caption{text-align:left;font-weight:600;padding:2px 0}
 """
@@ -104,7 +107,7 @@ def _paper_vs_ours(vs: Sequence[Verdict]) -> list[str]:
         band_s = "—" if band is None else f"[{_fmt(band[0])}, {_fmt(band[1])}]"
         out.append(f'<tr><td><a href="#{_e(v.paper)}-{_e(c.experiment)}"><code>{_e(c.id)}</code></a> {_e(c.text)}'
                    f"</td><td>{_e(c.source)}</td><td>{_e(_fmt(c.paper_value))}</td><td>{_e(band_s)}</td>"
-                   f'<td>{_e(v.measured())}</td><td><span class="badge {_e(v.shown)}">{_e(v.shown)}</span></td></tr>')
+                   f"<td>{_e(v.measured())}</td><td>{_badge(v.shown)}</td></tr>")
     out.append("</tbody></table>")
     return out
 
@@ -122,16 +125,48 @@ def _provenance(man: dict | None) -> str:
             f"wall {_e(wall_s)}, {_e(man.get('rows', '?'))} rows")
 
 
+def _badge(verdict: str) -> str:
+    return f'<span class="badge {_e(verdict)}">{_e(verdict)}</span>' if verdict else "—"
+
+
+def _ungated(v: Verdict) -> str:
+    return _badge(v.ungated_shown) if v.ungated and v.ungated != v.verdict else "—"
+
+
+def _revised(v: Verdict) -> str:
+    if not v.claim.revised:
+        return "—"
+    return "<br>".join(f'<span title="{_e(r.change)}">{_e(r.date)}: was {_e(r.before)}</span>'
+                       for r in v.claim.revised)
+
+
 def _row(v: Verdict, fresh: str) -> str:
     c = v.claim
     pv = "—" if c.paper_value is None else _fmt(c.paper_value)
+    if c.paper_value is None and c.min_effect is not None:
+        pv = f"≥ {_fmt(c.min_effect)} (min_effect)"
     state = fresh.split(":")[0] if fresh else "?"
     return (f'<tr data-paper="{_e(v.paper)}" data-cls="{_e(c.cls)}" data-verdict="{_e(v.shown)}">'
             f'<td><a href="#{_e(v.paper)}">{_e(v.paper)}</a></td><td>{_e(c.cls)}</td>'
             f'<td><a href="#{_e(v.paper)}-{_e(c.experiment)}"><code>{_e(c.id)}</code></a> {_e(c.text)}</td>'
-            f'<td>{_e(c.source)}</td><td>{_e(pv)}</td><td>{_e(v.measured())}</td><td>{v.n}</td>'
-            f'<td><span class="badge {_e(v.shown)}">{_e(v.shown)}</span></td>'
+            f'<td>{_e(c.regime or "—")}</td><td>{_e(pv)}</td><td>{_e(v.measured())}</td>'
+            f"<td>{_badge(v.shown)}</td><td>{_ungated(v)}</td><td>{_revised(v)}</td>"
             f'<td class="{_e(state)}" title="{_e(fresh)}">{_e(state)}</td></tr>')
+
+
+def _counts_table(all_verdicts: Mapping[str, list[Verdict]]) -> list[str]:
+    """Per paper and counted class: how many claims read each verdict (the page's first screen)."""
+    out = ['<table id="counts"><caption>Counted claims per paper (sensitivity readings, extensions and checks are '
+           "shown below but not counted)</caption><thead><tr><th>paper</th><th>class</th>"
+           + "".join(f'<th><span class="badge {k}">{k}</span></th>' for k in VERDICTS) + "</tr></thead><tbody>"]
+    for paper, vs in sorted(all_verdicts.items()):
+        for cls in COUNTED:
+            c = counts(vs, cls)
+            if sum(c.values()):
+                out.append(f'<tr><td><a href="#{_e(paper)}">{_e(paper)}</a></td><td>{cls}</td>'
+                           + "".join(f"<td>{c[k] or ''}</td>" for k in VERDICTS) + "</tr>")
+    out.append("</tbody></table>")
+    return out
 
 
 def default_papers_dir() -> Path | None:
@@ -156,19 +191,22 @@ def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
     verdict_names = sorted({v.shown for v in everything})
     head = (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Claims vs measured results"
             f"</title><style>{_CSS}</style><script>{_JS}</script></head><body>")
-    out = [head, "<h1>Claims vs measured results</h1>",
+    out = [head, "<h1>Claims vs measured results</h1>", *_counts_table(all_verdicts),
            f"<p>{_e(VERDICT_MEANING)}</p>",
            "<p class=\"muted\">Every row links to its experiment below: figures, the command that regenerates it, "
            "its CSV and where its numbers came from. Measured: mean [95 % CI] over seeds (Bonferroni for "
-           "\"up to\" claims, level shown). Result file: fresh / stale / missing / incomplete "
+           "\"up to\" claims, level shown; their band test uses the plain 95 % CI). Ungated: the verdict over every "
+           "cell, where failed gates dropped some. Revised: changes made after results were seen, with the verdict "
+           "before each (hover for what changed). Result file: fresh / stale / missing / incomplete "
            "(<code>./reproduce.sh --status</code>).</p>",
            '<div class="controls">', _options(sorted(all_verdicts), "paper", "f-paper"),
-           _options(["headline", "secondary", "check"], "class", "f-class"),
+           _options(list(CLASSES), "class", "f-class"),
            _options(verdict_names, "verdict", "f-verdict"),
            f'<span class="muted"><span id="shown">{len(everything)}</span> of {len(everything)} claims shown'
            "</span></div>",
-           '<table id="claims"><thead><tr><th>paper</th><th>class</th><th>claim</th><th>source</th>'
-           "<th>paper value</th><th>measured</th><th>n</th><th>verdict</th><th>result file</th></tr></thead><tbody>"]
+           '<table id="claims"><thead><tr><th>paper</th><th>class</th><th>claim</th><th>regime</th>'
+           "<th>paper value</th><th>measured</th><th>verdict</th><th>ungated</th><th>revised after results</th>"
+           "<th>result file</th></tr></thead><tbody>"]
     for paper, vs in sorted(all_verdicts.items()):
         out += [_row(v, freshness.get(paper, {}).get(v.claim.experiment, "")) for v in vs]
     out.append("</tbody></table>")
@@ -198,13 +236,13 @@ def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
             mine = [v for v in vs if v.claim.experiment == exp]
             if mine:
                 out.append("<table><thead><tr><th>claim</th><th>class</th><th>paper value</th><th>measured</th>"
-                           "<th>verdict</th><th>note</th></tr></thead><tbody>")
+                           "<th>verdict</th><th>ungated</th><th>note</th></tr></thead><tbody>")
                 for v in mine:
                     pv = "—" if v.claim.paper_value is None else _fmt(v.claim.paper_value)
+                    rev = "".join(f"<br>revised {_e(r.short())}" for r in v.claim.revised)
                     out.append(f"<tr><td><code>{_e(v.claim.id)}</code> {_e(v.claim.text)}</td><td>"
                                f"{_e(v.claim.cls)}</td><td>{_e(pv)}</td><td>{_e(v.measured())}</td>"
-                               f'<td><span class="badge {_e(v.shown)}">{_e(v.shown)}</span></td>'
-                               f"<td>{_e(v.note)}</td></tr>")
+                               f"<td>{_badge(v.shown)}</td><td>{_ungated(v)}</td><td>{_e(v.note)}{rev}</td></tr>")
                 out.append("</tbody></table>")
             for fig in experiment_figures(results_dir / paper, exp, exps, man):
                 rel = f"{paper}/{fig.name}"

@@ -10,7 +10,9 @@ Three parts: :mod:`.schema` (the claims file format), :mod:`.evaluate` (effects,
     python -m mlsys_repro.common.repro.claims --claims FILE.yaml --csv-dir DIR --out VERDICTS.csv
         # any claims file against any folder of <experiment>.csv files; needs nothing else of the repository
 
-Exit status: 0 on success, 2 on bad input (unknown paper, malformed claims file, unreadable CSV).
+Exit status: 0 on success, 2 on bad input (unknown paper, malformed claims file, unreadable CSV) or a damaged result
+file (NaN values, a missing column, seeds on one side only: the reports show those claims INCONCLUSIVE "result file
+damaged", and the command names them).
 """
 
 from __future__ import annotations
@@ -114,21 +116,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--claims", type=Path, default=None, help="a claims file to check on its own (with --csv-dir)")
     ap.add_argument("--csv-dir", type=Path, default=None, help="folder of <experiment>.csv for --claims")
     ap.add_argument("--out", type=Path, default=None, help="write the verdict table (CSV) here (with --claims)")
+    ap.add_argument("--sync-readmes", action="store_true",
+                    help="rewrite the verdict table of each paper's README from its committed claims.csv")
     args = ap.parse_args(argv)
+    if args.sync_readmes:
+        return sync_readmes(args.papers or None, args.results_dir)
     try:
         if args.claims is not None or args.csv_dir is not None:
             if args.claims is None or args.csv_dir is None or args.papers:
                 ap.error("--claims and --csv-dir go together, without paper names")
             paper, verdicts = check_file(args.claims, args.csv_dir)
-            frame = verdict_frame(verdicts)[["claim", "verdict", "mean", "lo", "hi", "n", "note"]]
+            frame = verdict_frame(verdicts)[["claim", "verdict", "ungated", "mean", "lo", "hi", "n", "note"]]
             if args.out:
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 frame.to_csv(args.out, index=False)
             else:
                 frame.to_csv(sys.stdout, index=False)
-            return 0
-        check(args.papers or None, args.results_dir)
+            return _damaged_exit(verdicts)
+        everything = check(args.papers or None, args.results_dir)
     except (ClaimsSchemaError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    return _damaged_exit([v for vs in everything.values() for v in vs])
+
+
+def sync_readmes(papers: Sequence[str] | None = None, results_dir: Path | None = None) -> int:
+    """Rewrite the generated verdict table of each paper's README (a checkout's ``mlsys_repro/papers/<p>/README.md``)
+    from ``<results_dir>/<p>/claims.csv``."""
+    from mlsys_repro.common.repro.claims.report import sync_readme
+    from mlsys_repro.common.repro.schema import repo_root
+
+    root = Path(repo_root())
+    results_dir = Path(results_dir or root / "results")
+    for readme in sorted((root / "mlsys_repro" / "papers").glob("*/README.md")):
+        paper = readme.parent.name
+        csv = results_dir / paper / "claims.csv"
+        if (papers and paper not in papers) or not csv.exists():
+            continue
+        if sync_readme(readme, csv):
+            print(f"updated {readme.relative_to(root)}")
     return 0
+
+
+def _damaged_exit(verdicts: Sequence[Verdict]) -> int:
+    """2 (with one line per claim) when a result file behind a verdict is damaged, else 0."""
+    bad = [v for v in verdicts if v.damaged]
+    for v in bad:
+        print(f"error: {v.paper}/{v.claim.id}: result file damaged: {v.damaged}", file=sys.stderr)
+    return 2 if bad else 0

@@ -3,29 +3,40 @@
 A claims file is ``{paper: key, claims: [...]}``. Each claim names one ``metric`` of one ``experiment`` and compares
 the rows of ``ours`` with those of ``baseline`` (a policy name, or a mapping of column filters). Fields:
 
-required   ``id``, ``class`` (headline | secondary | check), ``source``, ``experiment``, ``metric``, ``ours``,
-           ``kind`` (see :mod:`mlsys_repro.common.repro.claims.evaluate`), and ``baseline`` (a list for ``ordering``,
-           none for ``bound``)
+required   ``id``, ``class`` (see :data:`CLASSES`), ``source``, ``experiment``, ``metric``, ``ours``, ``kind``
+           (see :mod:`mlsys_repro.common.repro.claims.evaluate`), and ``baseline`` (a list for ``ordering``, none
+           for ``bound``); ``regime`` (the setting the number holds in) for every counted claim that is measured
 magnitude  ``paper_value`` (the paper's number, in the effect's unit), ``tolerance`` (relative, or ``{abs: x}``;
            default :data:`DEFAULT_TOLERANCE`; a claim that overrides it says why in ``tolerance_why``), ``match``
-           (``point``, or ``at_least`` for "at least X"), ``min_effect`` (for claims without a paper value: the
-           smallest effect that counts as the claim holding, stated before results; lets the study show absence)
+           (``point``, or ``at_least`` for "at least X"), ``min_effect`` + ``min_effect_why`` (the smallest effect
+           that counts as the claim holding, and why: required of every directional claim without a paper value or
+           a margin, except deterministic checks; it lets a precise null read NOT_REPRODUCED and keeps a trivial
+           effect from reading REPRODUCED)
 design     ``better`` (lower | higher: which direction of the raw metric is good), ``where`` (row filters),
            ``over`` + ``aggregate`` (mean: "on average" over a swept column, per-seed mean; max: "up to", the best
            condition with Bonferroni-corrected CIs; min: "in every condition", the worst), ``margin``
            (non-inferiority), ``deterministic`` (the compared numbers are computed, not sampled: one run is a
            point, and constants repeated over seeds count once)
-validity   ``requires`` (0/1 gate metrics, e.g. ``converged``; any 0 makes the claim INCONCLUSIVE), ``reached``
-           (a 0/1 metric such as ``reached_target``: time-to-target censoring, checked on both sides)
+validity   ``requires`` (0/1 gate metrics from the closed vocabulary :data:`mlsys_repro.common.repro.gates.GATES`,
+           judged per cell), ``gate_fraction`` (share of a cell's runs that must pass each gate; default 0.8),
+           ``reached`` (a 0/1 metric such as ``reached_target``: time-to-target censoring, checked on both sides)
+history    ``revised``: one entry per change of encoding, metric, regime, baseline, gate or min_effect made after
+           the claim's first committed result, ``{date, change, before[, commit]}`` with ``before`` the verdict it
+           had then (or ``none``); reports show them beside the verdict
 other      ``text``, ``note``, ``skip`` (why it cannot be measured here: SKIPPED)
 
-``source`` starts with one of :data:`SOURCES`; ``reconstruction`` marks our reading where the paper itself is not
-known.
+Classes: ``headline`` (the abstract's numbers) and ``secondary`` (the paper's other statements) are counted, one
+claim per number of the paper (:func:`parse_claims` refuses two counted claims with the same paper value);
+``sensitivity`` (another reading of a counted number, or the comparison against a weaker configuration of a
+baseline), ``extension`` (our own variants, stress tests and premises) and ``check`` (accounting, analytic and
+sanity items) are shown but never counted. ``source`` starts with one of :data:`SOURCES`; ``reconstruction`` marks
+our reading where the paper itself is not known.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,17 +44,34 @@ from typing import Any
 
 import yaml
 
-from mlsys_repro.common.repro.errors import ClaimsSchemaError
+from mlsys_repro.common.repro.errors import ClaimsSchemaError, did_you_mean
+from mlsys_repro.common.repro.gates import DEFAULT_FRACTION, GATES
 
 KINDS = ("ratio", "pct_reduction", "pct_gain", "diff", "ordering", "bound")
-CLASSES = ("headline", "secondary", "check")
+CLASSES = ("headline", "secondary", "sensitivity", "extension", "check")
+COUNTED = ("headline", "secondary")  # the classes that count as reproductions of the paper
+REVISION_BEFORE = ("REPRODUCED", "DIRECTION_ONLY", "NOT_REPRODUCED", "INCONCLUSIVE", "NOT_TESTED", "SKIPPED", "PASS",
+                   "FAIL", "none")
 SOURCES = ("abstract", "table", "figure", "text", "notes", "reconstruction")
 DEFAULT_TOLERANCE = 0.10  # relative half-width of the paper's band, for every claim that does not say otherwise
 _FIELDS = {
     "id", "class", "source", "text", "experiment", "metric", "ours", "baseline", "kind", "better", "paper_value",
     "tolerance", "tolerance_why", "match", "min_effect", "where", "over", "aggregate", "skip", "note", "reached",
-    "margin", "requires", "deterministic",
+    "margin", "requires", "deterministic", "min_effect_why", "regime", "revised", "gate_fraction",
 }
+
+
+@dataclass(frozen=True)
+class Revision:
+    """A change to a claim made after its first committed result, and the verdict it had before."""
+
+    date: str
+    change: str
+    before: str
+    commit: str = ""
+
+    def short(self) -> str:
+        return f"{self.date}: {self.change} (before: {self.before})"
 
 
 @dataclass(frozen=True)
@@ -72,6 +100,14 @@ class Claim:
     margin: float | None = None
     requires: tuple[str, ...] = ()
     deterministic: bool = False
+    min_effect_why: str = ""
+    regime: str = ""
+    revised: tuple[Revision, ...] = ()
+    gate_fraction: float = DEFAULT_FRACTION
+
+    @property
+    def counted(self) -> bool:
+        return self.cls in COUNTED
 
     @property
     def null(self) -> float:
@@ -208,17 +244,65 @@ def parse_claim(c: Any, where: str) -> Claim:
         req = [req]
     if not isinstance(req, list) or not all(isinstance(r, str) and r for r in req):
         raise ClaimsSchemaError(f"{where}: requires must be a list of gate metric names, got {req!r}")
+    bad_gates = [r for r in req if r not in GATES]
+    if bad_gates:
+        raise ClaimsSchemaError(f"{where}: requires: {did_you_mean('gate', bad_gates, sorted(GATES))} (the closed "
+                                "vocabulary is mlsys_repro/common/repro/gates.py)")
+    frac = c.get("gate_fraction", DEFAULT_FRACTION)
+    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac <= 1:
+        raise ClaimsSchemaError(f"{where}: gate_fraction must be a number in (0, 1], got {frac!r}")
+    if "gate_fraction" in c and not req:
+        raise ClaimsSchemaError(f"{where}: gate_fraction without requires")
     det = c.get("deterministic", False)
     if not isinstance(det, bool):
         raise ClaimsSchemaError(f"{where}: deterministic must be true or false, got {det!r}")
+    skip = c.get("skip")
+    why = str(c.get("min_effect_why") or "").strip()
+    if min_effect is not None and not why:
+        raise ClaimsSchemaError(f"{where}: min_effect needs a one-line reason in 'min_effect_why'")
+    if why and min_effect is None:
+        raise ClaimsSchemaError(f"{where}: min_effect_why without min_effect")
+    directional = kind != "bound" and pv is None and margin is None
+    if directional and min_effect is None and not skip and not (cls == "check" and det):
+        raise ClaimsSchemaError(f"{where}: a directional claim (no paper_value, no margin) needs min_effect, the "
+                                "smallest effect that counts, with min_effect_why")
+    regime = str(c.get("regime") or "").strip()
+    if cls in COUNTED and not skip and not regime:
+        raise ClaimsSchemaError(f"{where}: a counted claim names its regime (the setting its number holds in)")
+    revised = _revisions(c.get("revised"), where)
     return Claim(
         id=cid, cls=cls, source=str(c["source"]), text=str(c.get("text", "")), experiment=str(c["experiment"]),
         metric=str(c["metric"]), ours=_filter(c["ours"], where), baseline=baseline, kind=kind, better=better,
         paper_value=pv, tolerance=float(tol), tolerance_abs=tol_abs, match=match, min_effect=min_effect,
-        where=dict(w), over=c.get("over"), aggregate=agg, skip=c.get("skip"),
+        where=dict(w), over=c.get("over"), aggregate=agg, skip=skip,
         reached=str(c["reached"]) if c.get("reached") else None, margin=margin, requires=tuple(req),
-        deterministic=det, note=str(c.get("note", "")),
+        deterministic=det, note=str(c.get("note", "")), min_effect_why=why, regime=regime, revised=revised,
+        gate_fraction=float(frac),
     )
+
+
+def _revisions(raw: Any, where: str) -> tuple[Revision, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ClaimsSchemaError(f"{where}: revised must be a list of {{date, change, before[, commit]}}")
+    out = []
+    for i, r in enumerate(raw):
+        at = f"{where}: revised[{i}]"
+        if not isinstance(r, Mapping) or not {"date", "change", "before"} <= set(r) or set(r) - {
+                "date", "change", "before", "commit"}:
+            raise ClaimsSchemaError(f"{at}: expected a mapping with date, change, before (and optionally commit)")
+        date = str(r["date"])
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", date):
+            raise ClaimsSchemaError(f"{at}: date must be YYYY-MM-DD, got {date!r}")
+        change = str(r["change"] or "").strip()
+        if not change:
+            raise ClaimsSchemaError(f"{at}: change must say what changed")
+        before = str(r["before"])
+        if before not in REVISION_BEFORE:
+            raise ClaimsSchemaError(f"{at}: before must be one of {REVISION_BEFORE}, got {before!r}")
+        out.append(Revision(date, change, before, str(r.get("commit") or "")))
+    return tuple(out)
 
 
 def parse_claims(doc: Any, source: str = "claims.yaml") -> list[Claim]:
@@ -234,6 +318,14 @@ def parse_claims(doc: Any, source: str = "claims.yaml") -> list[Claim]:
             raise ClaimsSchemaError(f"{source}: claim {cl.id!r}: duplicate id")
         seen.add(cl.id)
         out.append(cl)
+    numbers: dict[float, str] = {}
+    for cl in out:
+        if cl.counted and cl.paper_value is not None and not cl.skip:
+            if cl.paper_value in numbers:
+                raise ClaimsSchemaError(
+                    f"{source}: claims {numbers[cl.paper_value]!r} and {cl.id!r} both count the paper's number "
+                    f"{cl.paper_value:g}: one counted claim per number; make the other class 'sensitivity'")
+            numbers[cl.paper_value] = cl.id
     return out
 
 
