@@ -1,5 +1,5 @@
-"""Claims checker: CI maths, every verdict rule, "up to", gates per cell, NOT_TESTED, censoring, non-inferiority, damaged
-results, schema, classes and revisions, reports, CLI."""
+"""Claims checker: CI maths, every verdict rule, "up to", gates per cell, NOT_TESTED, censoring, non-inferiority,
+damaged results, schema, classes and revisions, reports, CLI."""
 
 from __future__ import annotations
 
@@ -534,3 +534,106 @@ def test_cli_checks_any_claims_file_against_any_folder(tmp_path, capsys):
 def test_cli_unknown_paper_exits_2(capsys):
     assert main(["swallw"]) == 2
     assert "did you mean 'swallow'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- classes, revisions
+
+
+def _doc(**kw):
+    base = {"id": "c", "class": "secondary", "source": "text", "experiment": "e", "metric": "m", "ours": "a",
+            "baseline": "b", "kind": "ratio", "min_effect": 1.05, "min_effect_why": "5 %", "regime": "toy"}
+    base.update(kw)
+    return {k: v for k, v in base.items() if v is not None}
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"min_effect": None, "min_effect_why": None}, "needs min_effect"),
+    ({"min_effect_why": None}, "min_effect_why"),
+    ({"min_effect": None, "paper_value": 2.0}, "min_effect_why without min_effect"),
+    ({"regime": None}, "names its regime"),
+    ({"revised": "today"}, "revised must be a list"),
+    ({"revised": [{"date": "yesterday", "change": "x", "before": "REPRODUCED"}]}, "YYYY-MM-DD"),
+    ({"revised": [{"date": "2026-12-06", "change": "", "before": "REPRODUCED"}]}, "say what changed"),
+    ({"revised": [{"date": "2026-12-06", "change": "x", "before": "GOOD"}]}, "before must be one of"),
+    ({"revised": [{"date": "2026-12-06", "change": "x"}]}, "date, change, before"),
+])
+def test_schema_requires_min_effect_regime_and_well_formed_revisions(bad, needle):
+    with pytest.raises(ClaimsSchemaError, match=needle):
+        parse_claims([_doc(**bad)])
+
+
+def test_uncounted_classes_need_no_regime_and_deterministic_checks_no_min_effect():
+    ok = parse_claims([_doc(id="s", **{"class": "sensitivity"}, regime=None),
+                       _doc(id="k", **{"class": "check"}, deterministic=True, min_effect=None, min_effect_why=None),
+                       _doc(id="r", revised=[{"date": "2026-12-06", "change": "min_effect stated", "before": "none",
+                                              "commit": "abc1234"}])])
+    assert [c.counted for c in ok] == [False, False, True]
+    assert ok[2].revised[0].short() == "2026-12-06: min_effect stated (before: none)"
+
+
+def test_one_counted_claim_per_paper_number():
+    two = [_doc(id="x", min_effect=None, min_effect_why=None, paper_value=1.47),
+           _doc(id="y", min_effect=None, min_effect_why=None, paper_value=1.47)]
+    with pytest.raises(ClaimsSchemaError, match="both count the paper's number 1.47"):
+        parse_claims(two)
+    two[1]["class"] = "sensitivity"
+    assert [c.cls for c in parse_claims(two)] == ["secondary", "sensitivity"]
+
+
+def test_sensitivity_and_extension_are_shown_but_not_counted():
+    df = frame({"a": [5.0, 5.1, 4.9], "b": [10.0] * 3})
+    vs = [evaluate(claim(id="h"), df, "p"), evaluate(claim(id="s", **{"class": "sensitivity"}), df, "p"),
+          evaluate(claim(id="x", **{"class": "extension"}), df, "p")]
+    summary = summary_markdown({"p": vs}, {"p": {"e": "fresh"}})
+    assert "- headline (counted): REPRODUCED 1" in summary
+    assert "- sensitivity (not counted): REPRODUCED 1" in summary
+    assert "- extension (not counted): REPRODUCED 1" in summary
+    counted_rows = [ln for ln in summary.splitlines() if ln.startswith("| p | ")]
+    assert counted_rows == ["| p | headline | 1 | 0 | 0 | 0 | 0 | 0 |"]  # the per-paper table: counted classes only
+    assert "`s`" in summary and "`x`" in summary  # both still shown
+
+
+def test_reports_show_regime_ungated_and_the_verdict_before_each_revision():
+    df = pd.concat([frame({"a": [5.0, 5.1, 4.9], "b": [10.0] * 3}),
+                    frame({"a": [1.0, 0.0, 0.0]}, metric="converged")])
+    c = claim(requires=["converged"], regime="toy at 1 Gbps",
+              revised=[{"date": "2026-12-06", "change": "gate added", "before": "REPRODUCED"}])
+    v = evaluate(c, df, "p")
+    assert v.verdict == "NOT_TESTED" and v.ungated == "REPRODUCED"
+    md = paper_markdown("p", "T", [v], {"e": "fresh"})
+    row = next(ln for ln in md.splitlines() if ln.startswith("| `c`"))
+    assert "toy at 1 Gbps" in row and "**NOT_TESTED** | REPRODUCED |" in row and "2026-12-06: was REPRODUCED" in row
+    assert "revised: 2026-12-06: gate added (before: REPRODUCED)" in row
+
+
+def test_cli_exits_2_on_a_damaged_result_file(tmp_path, capsys):
+    d = tmp_path / "csvs"
+    d.mkdir()
+    frame({"a": [5.0, np.nan, 4.9], "b": [10.0] * 3}).to_csv(d / "e.csv", index=False)
+    cf = tmp_path / "claims.yaml"
+    cf.write_text(yaml.safe_dump({"paper": "p", "claims": [
+        {"id": "x", "class": "headline", "source": "abstract", "experiment": "e", "metric": "m", "ours": "a",
+         "baseline": "b", "kind": "ratio", "paper_value": 2.0, "regime": "toy"}]}))
+    assert main(["--claims", str(cf), "--csv-dir", str(d), "--out", str(tmp_path / "v.csv")]) == 2
+    assert "p/x: result file damaged" in capsys.readouterr().err
+    assert pd.read_csv(tmp_path / "v.csv")["verdict"].tolist() == ["INCONCLUSIVE"]
+
+
+def test_claims_step_refuses_a_truncated_result_file(tmp_path, capsys):
+    """A CSV cut mid-line reads INCONCLUSIVE "result file damaged" and the command exits 2; the verdicts of the other
+    claims are still written."""
+    import shutil
+
+    from tests.conftest import ROOT
+
+    res = tmp_path / "results"
+    shutil.copytree(ROOT / "results" / "swallow", res / "swallow")
+    csv = res / "swallow" / "headline.csv"
+    data = csv.read_bytes()
+    csv.write_bytes(data[: len(data) * 2 // 3])  # cut mid-line
+    assert main(["swallow", "--results-dir", str(res)]) == 2
+    assert "swallow/jct_speedup_avg: result file damaged" in capsys.readouterr().err
+    got = pd.read_csv(res / "swallow" / "claims.csv").set_index("claim")
+    assert got.loc["jct_speedup_avg", "verdict"] == "INCONCLUSIVE"
+    assert "result file damaged" in got.loc["jct_speedup_avg", "note"]
+    assert got.loc["cct_speedup_up_to", "verdict"] != "INCONCLUSIVE"  # from bandwidth_sweep.csv, intact

@@ -89,14 +89,24 @@ def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, 
     everything: dict[str, list[Verdict]] = {}
     fresh: dict[str, dict[str, str]] = {}
     titles: dict[str, str] = {}
+    broken: list[str] = []
     for paper in available:
         pcfg = compose([f"paper={paper}"], conf_dir=conf_dir).paper
         path = Path(importlib.import_module(pcfg.module).__file__).parent / pcfg.claims
         if not path.exists():
             continue
-        everything[paper] = check_paper(paper, path, results_dir)
+        try:
+            everything[paper] = check_paper(paper, path, results_dir)
+        except ClaimsSchemaError as e:  # one malformed claims file must not stop the other papers' verdicts
+            broken.append(f"{paper}: {e}")
+            continue
         titles[paper] = str(pcfg.title)
-        fresh[paper] = {e: f.line() for e, f in paper_status(paper, results_dir, profile, conf_dir).items()}
+        states = paper_status(paper, results_dir, profile, conf_dir)
+        fresh[paper] = {e: f.line() for e, f in states.items()}
+        for v in everything[paper]:
+            st = states.get(v.claim.experiment)
+            if st is not None and st.state == "incomplete" and v.verdict != "SKIPPED":
+                _mark_damaged(v, st.line())
         if paper in wanted:
             write_paper_report(paper, pcfg.title, everything[paper], results_dir, fresh[paper])
             if not quiet:
@@ -106,7 +116,16 @@ def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, 
     from mlsys_repro.common.repro.site import write_site
 
     write_site(results_dir, everything, fresh, titles)
+    if broken:
+        raise ClaimsSchemaError("malformed claims files (the other papers were checked):\n  " + "\n  ".join(broken))
     return everything
+
+
+def _mark_damaged(v: Verdict, why: str) -> None:
+    """A verdict read from a result file that is incomplete (truncated, edited, NaN, stitched) is not counted."""
+    v.ungated = v.ungated or v.verdict
+    v.verdict, v.damaged = "INCONCLUSIVE", why
+    v.note = f"result file damaged ({why}); {v.note}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -177,7 +177,8 @@ def write_summary(all_verdicts: Mapping[str, list[Verdict]], results_dir: Path,
     atomic_write_bytes(Path(results_dir) / "SUMMARY.md", summary_markdown(all_verdicts, freshness).encode())
 
 
-README_BEGIN = "<!-- verdicts:begin (generated from results/<paper>/claims.csv by `python -m mlsys_repro.common.repro.claims --sync-readmes`; do not edit) -->"
+README_BEGIN = ("<!-- verdicts:begin (generated from results/<paper>/claims.csv by "
+                "`python -m mlsys_repro.common.repro.claims --sync-readmes`; do not edit) -->")
 README_END = "<!-- verdicts:end -->"
 
 
