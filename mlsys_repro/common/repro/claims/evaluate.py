@@ -56,7 +56,9 @@ Special cases:
   compared policy at one condition of ``over`` (the whole policy when the gate rows or the claim have no
   condition). A cell is valid when, for each required gate, at least ``gate_fraction`` (0.8) of its runs pass.
   The verdict is computed over the valid cells with all their seeds; the note lists dropped cells and the ungated
-  verdict (over every cell) is kept beside it. An ordering drops a baseline whose every cell is invalid.
+  verdict (over every cell) is kept beside it. An ordering drops a baseline whose every cell is invalid. An "up to"
+  whose dropped cells show a larger effect than the best valid cell has no known maximum: unless the valid maximum
+  already lies above the band, it reads DIRECTION_ONLY, "size not pinned down".
 
 Checks (``class: check``) use the same rules; reports show them as PASS (REPRODUCED) / FAIL (DIRECTION_ONLY,
 NOT_REPRODUCED) in their own table. ``sensitivity`` and ``extension`` claims get ordinary verdicts and are shown,
@@ -426,14 +428,19 @@ def evaluate(claim: Claim, df: pd.DataFrame | None, paper: str = "") -> Verdict:
 
 
 def _max_over_dropped(v: Verdict, ungated: Verdict) -> None:
-    """An "up to" whose dropped cells show a larger effect than the valid ones has no known maximum: it cannot pin
-    the paper's size (REPRODUCED becomes DIRECTION_ONLY, "size not pinned down")."""
+    """An "up to" whose dropped cells show a larger effect than the best valid one has no known maximum: unless the
+    valid maximum already lies above the band, the size is not pinned down (REPRODUCED or a "below the band"
+    DIRECTION_ONLY becomes DIRECTION_ONLY, "size not pinned down")."""
+    band = v.claim.band()
     larger = {k: m for k, m in ungated.per_condition.items() if k not in v.per_condition and m > v.mean}
-    if v.verdict == "REPRODUCED" and v.claim.paper_value is not None and larger:
-        v.verdict = "DIRECTION_ONLY"
-        cells = ", ".join(f"{v.claim.over}={k}: {_fmt(m)}" for k, m in larger.items())
-        v.note = (f"size not pinned down: dropped cells show a larger effect ({cells}), so the maximum over all "
-                  f"conditions is unknown; {v.note}")
+    if v.verdict not in ("REPRODUCED", "DIRECTION_ONLY") or v.claim.paper_value is None or not larger:
+        return
+    if band is not None and v.mean > band[1]:
+        return
+    v.verdict = "DIRECTION_ONLY"
+    cells = ", ".join(f"{v.claim.over}={k}: {_fmt(m)}" for k, m in larger.items())
+    v.note = (f"size not pinned down: dropped cells show a larger effect ({cells}), so the maximum over all "
+              f"conditions is unknown; {v.note}")
 
 
 def _evaluate(claim: Claim, df: pd.DataFrame, v: Verdict, cells: _Cells | None = None) -> None:
