@@ -162,3 +162,22 @@ def test_single_run_uses_compile_cache_and_logs_to_hydra_file(toy_conf, tmp_path
     assert len(logs) == 1, logs
     text = logs[0].read_text()
     assert "[toy/costs] 2/2 policies" in text and "toy/costs: ran ->" in text
+
+
+def test_only_the_default_profile_and_whole_experiments_write_results(toy_conf, tmp_path):
+    """``output=results`` with the smoke profile, or with one policy, is refused with a one-line reason before
+    anything runs; so is ``run_all --profile smoke --results-dir results``. The committed results stay as they are."""
+    from mlsys_repro.common.repro.run_all import main as run_all_main
+
+    before = {p: p.read_bytes() for p in (ROOT / "results").glob("*/*.csv")}
+    for extra, needle in ((["profile=smoke"], "default-profile runs only"),
+                          (["policy=toy/fast"], "narrows the policy list")):
+        cmd = _main_cmd(toy_conf, "experiment=toy/costs", "output=results", *extra,
+                        f"hydra.run.dir={tmp_path / 'run'}")
+        out = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+        assert out.returncode == 2 and needle in out.stderr, out.stdout + out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+    assert run_all_main(["toy", "--conf-dir", str(toy_conf), "--profile", "smoke",
+                         "--results-dir", str(ROOT / "results")]) == 2
+    assert {p: p.read_bytes() for p in (ROOT / "results").glob("*/*.csv")} == before
+    assert not (ROOT / "results" / "toy").exists()

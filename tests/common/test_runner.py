@@ -309,3 +309,26 @@ def test_run_all_releases_compiled_code_before_every_experiment(toy_conf, tmp_pa
     assert run_all(["toy", "--conf-dir", str(toy_conf), "--results-dir", str(tmp_path), "--profile", "smoke",
                     "--no-claims"]) == 0
     assert len(calls) == len(ra.experiments_of("toy", str(toy_conf))) == 2
+
+
+def test_checkpoints_are_keyed_by_config_and_code(toy_conf, tmp_path, monkeypatch):
+    """A rerun after a code change must not resume training state saved by the old code: the checkpoint folder
+    carries the paper's code fingerprint beside the config hash."""
+    import mlsys_repro.common.repro.freshness as freshness
+
+    over = ["experiment=toy/costs", "profile=smoke", f"paths.checkpoint_dir={tmp_path}"]
+    spec = compose_run(over, conf_dir=toy_conf)
+    monkeypatch.setattr(freshness, "code_fingerprint", lambda root, pkg: ("a" * 64, 3))
+    old = build_context(spec).checkpoint_dir
+    monkeypatch.setattr(freshness, "code_fingerprint", lambda root, pkg: ("b" * 64, 3))
+    new = build_context(spec).checkpoint_dir
+    assert old != new and old.parent == new.parent == tmp_path / "toy"
+    assert old.name == f"costs-{spec.config_hash}-{'a' * 12}" and new.name.endswith("b" * 12)
+
+
+def test_a_key_no_dataclass_declares_and_a_negative_seed_are_named_at_compose():
+    """Hydra's ``+hardware.port_gbsp=12`` used to add a key that changed the hash and was ignored."""
+    with pytest.raises(ConfigError, match=r"unknown key 'hardware.port_gbsp' \(did you mean 'hardware.port_gbps'\?\)"):
+        compose_run(["experiment=swallow/headline", "+hardware.port_gbsp=12"])
+    with pytest.raises(ConfigError, match="experiment.seed must be >= 0, got -1"):
+        compose_run(["experiment=swallow/headline", "experiment.seed=-1"])

@@ -249,12 +249,28 @@ def _to_object(node: Any, where: str) -> Any:
         raise ConfigError(f"invalid {where}: {_cause(e)}") from e
 
 
+def _reject_extra_keys(node: Any, group: str) -> None:
+    """A key that a group's dataclass does not declare (``+hardware.port_gbsp=12``) would change the config hash and
+    be ignored by the code: a ConfigError naming it."""
+    if not isinstance(node, DictConfig):
+        return
+    t = OmegaConf.get_type(node)
+    if not dataclasses.is_dataclass(t):
+        return
+    names = [f.name for f in dataclasses.fields(t)]
+    extra = [k for k in node.keys() if k not in names]
+    if extra:
+        known = did_you_mean("key", [f"{group}.{k}" for k in extra], [f"{group}.{n}" for n in names])
+        raise ConfigError(f"{group}: {known} ({t.__name__} declares no such field)")
+
+
 def validate(cfg: DictConfig) -> RunSpec:
     """Instantiate every group's dataclass (runs ``__post_init__`` checks), resolve the experiment (its merged node,
     function, params and policies) and return it all as a :class:`RunSpec`. The experiment node is merged once
     here; everything after uses the spec."""
     for group in ("paths", "paper", "trace", "hardware", "policy", "profile"):
         if group in cfg:
+            _reject_extra_keys(cfg[group], group)
             _to_object(cfg[group], f"{group} config")
     if cfg.get("experiment") is None:
         OmegaConf.set_readonly(cfg, True)
@@ -295,6 +311,9 @@ def experiment_node(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"experiment {merged.paper}/{merged.name} selected with paper={cfg.paper.key}")
     if merged.num_seeds < 1:
         raise ConfigError(f"experiment {merged.paper}/{merged.name}: num_seeds must be >= 1")
+    if "seed" in merged and int(merged.seed) < 0:
+        raise ConfigError(f"experiment {merged.paper}/{merged.name}: experiment.seed must be >= 0, got "
+                          f"{merged.seed}")
     return merged
 
 
@@ -408,8 +427,8 @@ def resolved_for_hash(cfg: DictConfig, policies: Mapping[str, DictConfig], exp: 
 
 def build_context(spec: RunSpec, out_dir: Path | None = None, cache: RunCache | None = None) -> registry.RunContext:
     """The experiment's RunContext for ``spec``: dataclass instances of its groups, its seeds, where it writes and
-    keeps checkpoints, and the run-scoped ``cache`` it shares with the other experiments of this run (a fresh one
-    when ``None``)."""
+    keeps checkpoints (keyed by config hash and code fingerprint), and the run-scoped ``cache`` it shares with the
+    other experiments of this run (a fresh one when ``None``)."""
     exp, cfg = spec.experiment, spec.cfg
     if exp is None:
         raise ConfigError("no experiment selected: pass experiment=<paper>/<name> (see ./reproduce.sh --list)")
@@ -426,12 +445,20 @@ def build_context(spec: RunSpec, out_dir: Path | None = None, cache: RunCache | 
         data_dir=Path(cfg.paths.data_dir),
         out_dir=Path(out_dir) if out_dir else Path(cfg.paths.results_dir) / exp.paper,
         cfg=cfg,
-        checkpoint_dir=(Path(cfg.paths.checkpoint_dir) / exp.paper / f"{exp.name}-{spec.config_hash}"
-                        if cfg.paths.get("checkpoint_dir") else None),
+        checkpoint_dir=(Path(cfg.paths.checkpoint_dir) / exp.paper
+                        / f"{exp.name}-{spec.config_hash}-{_code(cfg)}" if cfg.paths.get("checkpoint_dir") else None),
         cache=cache if cache is not None else RunCache(),
     )
     ctx.progress.label = spec.label
     return ctx
+
+
+def _code(cfg: DictConfig) -> str:
+    """The paper's code fingerprint (short): checkpoints are keyed by config hash and code, so a rerun after a code
+    change starts afresh instead of resuming numbers half-made by the old code."""
+    from mlsys_repro.common.repro.freshness import code_fingerprint
+
+    return code_fingerprint(cfg.paths.root, cfg.paper.module)[0][:12]
 
 
 def experiments_of(paper: str, conf_dir: Path | str | None = None) -> list[str]:

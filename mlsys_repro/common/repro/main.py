@@ -3,12 +3,14 @@
     python -m mlsys_repro.common.repro.main experiment=swallow/headline profile=smoke
     python -m mlsys_repro.common.repro.main -m experiment=swallow/headline policy=swallow/fvdf,swallow/sebf
     python -m mlsys_repro.common.repro.main -m $(python -m mlsys_repro.common.repro.run_all swallow --sweep-arg) \\
-        profile=full output=results hydra/launcher=slurm hydra.launcher.partition=gpu
+        profile=full output=results paths.results_dir=$PWD/runs/full hydra/launcher=slurm \\
+        hydra.launcher.partition=gpu
 
 By default results go to Hydra's run directory (``runs/...``, git-ignored). ``output=results`` writes
 ``results/<paper>/<experiment>.csv`` instead, skipping experiments whose stored config hash matches, exactly like
-``./reproduce.sh`` does; run ``python -m mlsys_repro.common.repro.claims`` afterwards to refresh the verdicts. A
-multirun writes one flat folder per job (``runs/multirun/<date>_<time>/<job number>/``); gather them into one table with
+``./reproduce.sh`` does (the checkout's ``results/`` takes only the default profile and whole experiments: another
+profile or ``policy=`` is refused there, so name another ``paths.results_dir``); run
+``python -m mlsys_repro.common.repro.claims`` afterwards to refresh the verdicts. A multirun writes one flat folder per job (``runs/multirun/<date>_<time>/<job number>/``); gather them into one table with
 ``python -m mlsys_repro.common.repro.collect RUNDIR``.
 
 Like ``./reproduce.sh`` it uses the persistent XLA compile cache (``.jax_cache``, or JAX_COMPILATION_CACHE_DIR), and
@@ -45,7 +47,7 @@ from mlsys_repro.common.repro.config import (
     validate,
 )
 from mlsys_repro.common.repro.errors import ConfigError
-from mlsys_repro.common.repro.run_all import KNOWN_ERRORS, enable_compile_cache, run_experiment
+from mlsys_repro.common.repro.run_all import KNOWN_ERRORS, enable_compile_cache, refuse_foreign_results, run_experiment
 from mlsys_repro.common.repro.schema import work_root
 
 register_paper_schemas()
@@ -71,8 +73,11 @@ def effective_config(spec: RunSpec) -> DictConfig:
 
 def output_dir(cfg: DictConfig, run_dir: str) -> tuple[Path, bool]:
     """Where ``output=`` sends the result and whether to rerun a fresh one: ``runs`` -> Hydra's run dir (always
-    rerun), ``results`` -> ``paths.results_dir/<paper>`` (skip if fresh). Anything else is a ConfigError."""
+    rerun), ``results`` -> ``paths.results_dir/<paper>`` (skip if fresh; the checkout's ``results/`` takes the default
+    profile and whole experiments only). Anything else is a ConfigError."""
     if cfg.output == "results":
+        narrowed = f"policy={cfg.policy.name}" if cfg.get("policy") is not None else ""
+        refuse_foreign_results(Path(cfg.paths.results_dir), str(cfg.profile.name), narrowed)
         return Path(cfg.paths.results_dir) / cfg.experiment.paper, False
     if cfg.output == "runs":
         return Path(run_dir), True

@@ -116,6 +116,21 @@ def _run_locked(spec: RunSpec, ctx, path, force, log):
     return "ran", path, wall
 
 
+def refuse_foreign_results(target: Path, profile: str, narrowed: str = "") -> None:
+    """``results/`` (the checkout's, which the claims read) holds default-profile runs of whole experiments only:
+    writing another profile, or a narrowed policy list, there is a ConfigError with a one-line reason. Any other
+    folder takes anything."""
+
+    if Path(target).resolve() != (Path(work_root()) / "results").resolve():
+        return
+    if profile != "default":
+        raise ConfigError(f"results/ holds default-profile runs only (the claims read it); profile {profile!r} writes "
+                          "to runs/ (or name another folder)")
+    if narrowed:
+        raise ConfigError(f"results/ holds whole experiments only (the claims read it); {narrowed} narrows the "
+                          "policy list, so run it into runs/ (or name another folder)")
+
+
 def default_results_dir(paths, profile: str) -> Path:
     """Where a profile writes by default: ``paths.results_dir`` for ``default``, ``paths.runs_dir/<profile>``
     otherwise (so a smoke or full run never overwrites the committed default results)."""
@@ -191,6 +206,13 @@ def _main(args) -> int:
 
     root = Path(base.paths.root)
     results_dir = Path(args.results_dir) if args.results_dir else default_results_dir(base.paths, args.profile)
+    if not args.status:
+        narrowed = " ".join(o for o in (args.override or []) if o.split("=")[0].lstrip("+") == "policy")
+        try:
+            refuse_foreign_results(results_dir, args.profile, narrowed)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
 
     if args.status:
         from mlsys_repro.common.repro.status import experiment_status
