@@ -10,7 +10,8 @@ By default results go to Hydra's run directory (``runs/...``, git-ignored). ``ou
 ``results/<paper>/<experiment>.csv`` instead, skipping experiments whose stored config hash matches, exactly like
 ``./reproduce.sh`` does (the checkout's ``results/`` takes only the default profile and whole experiments: another
 profile or ``policy=`` is refused there, so name another ``paths.results_dir``); run
-``python -m mlsys_repro.common.repro.claims`` afterwards to refresh the verdicts. A multirun writes one flat folder per job (``runs/multirun/<date>_<time>/<job number>/``); gather them into one table with
+``python -m mlsys_repro.common.repro.claims`` afterwards to refresh the verdicts. A multirun writes one flat folder
+per job (``runs/multirun/<date>_<time>/<job number>/``); gather them into one table with
 ``python -m mlsys_repro.common.repro.collect RUNDIR``.
 
 Like ``./reproduce.sh`` it uses the persistent XLA compile cache (``.jax_cache``, or JAX_COMPILATION_CACHE_DIR), and
