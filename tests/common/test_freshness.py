@@ -8,7 +8,16 @@ import json
 import pandas as pd
 import pytest
 
-from mlsys_repro.common.repro.freshness import code_fingerprint, manifest_path, module_closure, status, write_manifest
+from mlsys_repro.common.repro.freshness import (
+    code_fingerprint,
+    data_changed_since,
+    data_fingerprint,
+    data_paths,
+    manifest_path,
+    module_closure,
+    status,
+    write_manifest,
+)
 from mlsys_repro.common.repro.run_all import main as run_all
 from tests.conftest import write
 
@@ -101,6 +110,54 @@ def test_damaged_files_are_incomplete(tmp_path, damage, needle):
     assert f.state == "incomplete" and needle in f.why and not f.reusable
 
 
+def test_data_paths_are_the_files_config_or_code_name_under_data(mini_repo):
+    data = mini_repo / "data"
+    write(data / "coflow/trace.txt", "1 2 3\n")
+    write(data / "codecs/table.csv", "a,b\n1,2\n")
+    write(data / "images/mnist/train.gz", "x")
+    write(data / "images/mnist/test.gz", "y")
+    write(data / "unused/other.csv", "z")
+    write(mini_repo / "mlsys_repro/papers/x/helper.py", "from ..x import method\nTABLE = 'codecs/table.csv'\n")
+    got = data_paths(mini_repo, "mlsys_repro.papers.x", data,
+                     [{"files": {"trace": "coflow/trace.txt"}, "name": "fb", "n": 3}, ["images/mnist"]])
+    assert got == ("codecs/table.csv", "coflow/trace.txt", "images/mnist/test.gz", "images/mnist/train.gz")
+    fp = data_fingerprint(data, got)
+    assert data_fingerprint(data, got) == fp
+    (data / "unused/other.csv").write_text("w")  # not read by the experiment
+    assert data_fingerprint(data, got) == fp
+    (data / "codecs/table.csv").write_text("a,b\n1,nan\n")  # the side table the code reads
+    assert data_fingerprint(data, got) != fp
+
+
+def test_a_data_edit_makes_the_result_stale(tmp_path):
+    p = _result(tmp_path / "p/e.csv")
+    write_manifest(p, config_hash="h1", code_hash="c1", profile="default", data_hash="d1")
+    assert _status(p, data_hash="d1").fresh
+    s = _status(p, data_hash="d2")
+    assert s.state == "stale" and "data changed (stored d1, now d2)" in s.why and not s.reusable
+
+
+def test_a_result_without_a_data_fingerprint_is_checked_against_git(tmp_path):
+    """Manifests written before data fingerprints: the data files changed since the commit that made the result."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    write(repo / "data/coflow/trace.txt", "48\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "data"], check=True)
+    sha = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    since = lambda s: data_changed_since(repo, s, repo / "data", ["coflow/trace.txt"])  # noqa: E731
+    p = _result(tmp_path / "p/e.csv", sha=sha)
+    write_manifest(p, config_hash="h1", code_hash="c1", profile="default", git_sha=sha)
+    assert _status(p, data_hash="d1", data_since=since).fresh
+    (repo / "data/coflow/trace.txt").write_text("4800\n")  # an uncommitted edit of one flow
+    s = _status(p, data_hash="d1", data_since=since)
+    assert s.state == "stale" and "data changed since its run: data/coflow/trace.txt" in s.why
+
+
 def test_manifest_records_the_file(tmp_path):
     p = _result(tmp_path / "p/e.csv")
     man = write_manifest(p, config_hash="h1", code_hash="c1", profile="default", wall_s=1.5)
@@ -131,3 +188,21 @@ def test_only_takes_a_comma_list_and_names_typos(toy_conf, tmp_path, capsys):
     assert "toy/costs" in out and "toy/slow" in out
     assert run_all(["toi", "--conf-dir", str(toy_conf)]) == 2
     assert "did you mean 'toy'" in capsys.readouterr().err
+
+
+def test_the_dirty_label_covers_data(tmp_path):
+    import subprocess
+
+    from mlsys_repro.common.repro.results import git_sha
+
+    repo = tmp_path / "repo"
+    write(repo / "data/codecs/table.csv", "a\n1\n")
+    write(repo / "mlsys_repro/x.py", "X = 1\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "init"], check=True)
+    assert not git_sha(str(repo)).endswith("-dirty")
+    (repo / "data/codecs/table.csv").write_text("a\nnan\n")
+    git_sha.cache_clear()  # memoised per process
+    assert git_sha(str(repo)).endswith("-dirty")

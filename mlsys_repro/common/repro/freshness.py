@@ -5,9 +5,10 @@ config hash, code fingerprint, profile, git commit, the CSV's sha256 and row cou
 the figures it saved.
 :func:`status` compares them with what the current checkout would run:
 
-``fresh``       same config hash, same code fingerprint, same profile, made from a clean tree, file intact.
-``stale``       config or code changed since, another profile, a tree with uncommitted changes, or no manifest
-                (made before fingerprints were recorded).
+``fresh``       same config hash, same code fingerprint, same data, same profile, made from a clean tree, file
+                intact.
+``stale``       config, code or data changed since, another profile, a tree with uncommitted changes (under
+                ``mlsys_repro/``, ``conf/`` or ``data/``), or no manifest (made before fingerprints were recorded).
 ``missing``     no result file.
 ``incomplete``  unreadable, modified or truncated since it was written (sha256 / row count), a NaN value, or rows
                 stitched from several runs (more than one config hash or commit in the file).
@@ -15,6 +16,11 @@ the figures it saved.
 The code fingerprint is a hash of the source of every repository module the paper's package imports, followed
 transitively through ``import`` statements (static, so it does not depend on what a process happened to import
 first); the runner, report, claims and plotting modules are left out (they do not change the numbers).
+
+The data an experiment reads (:func:`data_paths`) are the files under ``data/`` that a string of its resolved config
+or a string literal of its code names (a folder: every file beneath); their fingerprint (path, size and sha256 of
+each, hashed once per file version) is recorded in the manifest. A manifest written before data fingerprints existed
+is checked against git instead: the data files changed since the commit that made it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import ast
 import functools
 import hashlib
 import json
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,6 +137,98 @@ def code_fingerprint(root: Path | str, package: str) -> tuple[str, int]:
     return _fingerprint(str(r), package, stamps)
 
 
+# ---------------------------------------------------------------------------------------------- data
+
+
+def _strings(node: Any) -> Iterator[str]:
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for v in node.values():
+            yield from _strings(v)
+    elif isinstance(node, (list, tuple)):
+        for v in node:
+            yield from _strings(v)
+
+
+@functools.lru_cache(maxsize=64)
+def _code_strings(root: str, package: str, stamps: tuple[tuple[str, int, int], ...]) -> tuple[str, ...]:
+    """Every string literal in the code a paper package can run (the same module closure as its fingerprint)."""
+    r = Path(root)
+    out: set[str] = set()
+    for f in module_closure(r, package_modules(r, package)):
+        for node in ast.walk(ast.parse(f.read_text(), filename=str(f))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and 0 < len(node.value) < 300:
+                out.add(node.value)
+    return tuple(sorted(out))
+
+
+def data_paths(root: Path | str, package: str, data_dir: Path | str, config: Any) -> tuple[str, ...]:
+    """The data files an experiment can read: every string of its resolved ``config`` (plain containers) and every
+    string literal of its code that names a file or folder under ``data_dir`` (a folder: every file beneath), plus
+    absolute paths in the config that exist (a system package's data). Relative to ``data_dir`` where under it."""
+    r = Path(root).resolve()
+    d = Path(data_dir).resolve()
+    cands = (sorted(r.joinpath("mlsys_repro").glob("*.py")) + sorted(r.joinpath("mlsys_repro", "common").rglob("*.py"))
+             + sorted(r.joinpath(*package.split(".")).rglob("*.py")))
+    stamps = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in cands)
+    found: set[Path] = set()
+    for s in (*_strings(config), *_code_strings(str(r), package, stamps)):
+        if not s.strip() or "\n" in s or s.strip() in (".", "/"):
+            continue
+        p = Path(s)
+        p = p if p.is_absolute() else d / p
+        try:
+            if p.is_file():
+                found.add(p.resolve())
+            elif p.is_dir() and p.resolve() != d and d in p.resolve().parents:
+                found.update(f.resolve() for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
+        except OSError:
+            continue
+    return tuple(sorted(str(f.relative_to(d)) if d in f.parents else str(f) for f in found))
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_sha(path: str, mtime_ns: int, size: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def data_fingerprint(data_dir: Path | str, paths: Sequence[str]) -> str:
+    """A hash of the named data files (path, size, sha256 of the bytes; each file hashed once per version)."""
+    d = Path(data_dir)
+    h = hashlib.sha256()
+    for rel in paths:
+        p = Path(rel) if Path(rel).is_absolute() else d / rel
+        try:
+            st = p.stat()
+            digest = _file_sha(str(p), st.st_mtime_ns, st.st_size)
+        except OSError:
+            digest = "missing"
+        h.update(f"{rel}\0{digest}\0".encode())
+    return h.hexdigest()[:16]
+
+
+def data_changed_since(root: Path | str, sha: str, data_dir: Path | str, paths: Sequence[str]) -> list[str]:
+    """The data files of ``paths`` whose working-tree content differs from commit ``sha`` (for results whose
+    manifest predates data fingerprints); empty when git cannot tell."""
+    sha = sha.removesuffix("-dirty")
+    d = Path(data_dir).resolve()
+    r = Path(root).resolve()
+    rels = [str((d / p).relative_to(r)) for p in paths if not Path(p).is_absolute() and r in (d / p).parents]
+    if not sha or sha == "unknown" or not rels:
+        return []
+    try:
+        out = subprocess.run(["git", "-C", str(r), "diff", "--name-only", sha, "--", *rels], capture_output=True,
+                             text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired):
+        return []
+    return [ln for ln in out.splitlines() if ln]
+
+
 # ---------------------------------------------------------------------------------------------- manifests
 
 
@@ -177,8 +277,11 @@ class Freshness:
         return self.state + (f": {self.why}" if self.why else "")
 
 
-def status(csv_path: Path, *, config_hash: str, code_hash: str, profile: str) -> Freshness:
-    """How the stored result at ``csv_path`` relates to the run the current checkout would make."""
+def status(csv_path: Path, *, config_hash: str, code_hash: str, profile: str, data_hash: str | None = None,
+           data_since: Callable[[str], list[str]] | None = None) -> Freshness:
+    """How the stored result at ``csv_path`` relates to the run the current checkout would make. ``data_hash``: the
+    fingerprint of the data it reads now; a manifest written before data fingerprints were recorded is checked with
+    ``data_since(its commit)`` (the data files changed since then) instead."""
     csv_path = Path(csv_path)
     if not csv_path.exists():
         return Freshness("missing")
@@ -211,6 +314,13 @@ def status(csv_path: Path, *, config_hash: str, code_hash: str, profile: str) ->
         return Freshness("stale", f"config changed (stored {hashes[0]}, now {config_hash})", man)
     if man.get("code_hash") != code_hash:
         return Freshness("stale", f"code changed (stored {man.get('code_hash')}, now {code_hash})", man)
+    if data_hash is not None and man.get("data_hash") not in (None, data_hash):
+        return Freshness("stale", f"data changed (stored {man.get('data_hash')}, now {data_hash})", man)
+    if data_hash is not None and man.get("data_hash") is None and data_since is not None:
+        changed = data_since(str(man.get("git_sha", "")))
+        if changed:
+            more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+            return Freshness("stale", f"data changed since its run: {', '.join(changed[:3])}{more}", man)
     prof = sorted(df["profile"].astype(str).unique())
     if prof != [profile]:
         return Freshness("stale", f"made with profile {prof}, not {profile!r}", man)

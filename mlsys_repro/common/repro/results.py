@@ -112,11 +112,21 @@ def git_sha(root: str) -> str:
             ["git", "-C", root, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", "mlsys_repro", "conf"],
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", "mlsys_repro", "conf", "data"],
             capture_output=True, text=True, check=True,
         ).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def package_version() -> str:
+    """The installed distribution's version (``unknown`` when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mlsys-repro")
+    except PackageNotFoundError:
         return "unknown"
 
 

@@ -34,9 +34,9 @@ from mlsys_repro.common.repro.errors import (
     RunLockedError,
     did_you_mean,
 )
-from mlsys_repro.common.repro.freshness import code_fingerprint, status, write_manifest
+from mlsys_repro.common.repro.freshness import code_fingerprint, write_manifest
 from mlsys_repro.common.repro.progress import console_logging, fmt_seconds
-from mlsys_repro.common.repro.results import git_sha, to_frame, with_provenance, write_csv
+from mlsys_repro.common.repro.results import git_sha, package_version, to_frame, with_provenance, write_csv
 from mlsys_repro.common.repro.schema import work_root
 from mlsys_repro.common.traces.errors import TraceFormatError
 
@@ -85,10 +85,13 @@ def run_experiment(spec: RunSpec, out_dir: Path | None = None, force: bool = Fal
 
 
 def _run_locked(spec: RunSpec, ctx, path, force, log):
+    from mlsys_repro.common.repro.status import spec_data, spec_status
+
     cfg, chash = spec.cfg, spec.config_hash
     code, n_files = code_fingerprint(cfg.paths.root, cfg.paper.module)
-    if not force and status(path, config_hash=chash, code_hash=code, profile=ctx.profile).reusable:
+    if not force and spec_status(spec, path, ctx.profile).reusable:
         return "skipped", path, 0.0
+    data_hash, data_files = spec_data(spec)
     t0 = time.monotonic()
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     rows = spec.fn(ctx)
@@ -106,7 +109,8 @@ def _run_locked(spec: RunSpec, ctx, path, force, log):
     write_csv(out, path)
     wall = time.monotonic() - t0
     write_manifest(path, paper=ctx.paper, experiment=ctx.experiment, profile=ctx.profile, config_hash=chash,
-                   code_hash=code, code_files=n_files, git_sha=str(out["git_sha"].iloc[0]),
+                   code_hash=code, code_files=n_files, data_hash=data_hash, data_files=list(data_files),
+                   git_sha=str(out["git_sha"].iloc[0]), package_version=package_version(),
                    jax_version=str(out["jax_version"].iloc[0]), seeds=[int(x) for x in ctx.seeds()],
                    policies=list(ctx.policies), wall_s=round(wall, 1),
                    figures=sorted(dict.fromkeys(f.name for f in ctx.figures)),
@@ -227,7 +231,7 @@ def _main(args) -> int:
 
     enable_compile_cache(Path(work_root()))
     if results_dir.resolve() == Path(base.paths.results_dir).resolve() and git_sha(str(root)).endswith("-dirty"):
-        print("warning: the tree has uncommitted changes under mlsys_repro/ or conf/: results written now are "
+        print("warning: the tree has uncommitted changes under mlsys_repro/, conf/ or data/: results written now are "
               "marked -dirty and show as stale until rerun on a clean commit", file=sys.stderr, flush=True)
     failures: list[str] = []
     crashed = False
