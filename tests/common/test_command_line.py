@@ -127,3 +127,19 @@ def test_main_ctrl_c_stops_with_one_line(toy_conf, tmp_path):
     assert "Traceback" not in out + err and len(_lines(err)) == 1, err
     assert "toy/slow: interrupted" in err and "run the same command again to resume" in err
     assert not list((tmp_path / "run").glob("*.csv"))
+
+
+def test_a_run_closes_with_its_counted_verdicts_and_the_page(toy_conf, tmp_path, capsys):
+    assert run_all(["toy", "--conf-dir", str(toy_conf), "--results-dir", str(tmp_path / "res"), "--profile", "smoke",
+                    "--only", "costs"]) == 0
+    out = capsys.readouterr().out
+    last = [ln for ln in out.splitlines() if ln.startswith("== counted claims of toy:")]
+    assert last and "REPRODUCED 1" in last[0] and str(tmp_path / "res" / "index.html") in last[0]
+
+
+def test_version(capsys):
+    from mlsys_repro.common.repro.cli import main
+    from mlsys_repro.common.repro.results import package_version
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"mlsys-repro {package_version()}" != "mlsys-repro unknown"

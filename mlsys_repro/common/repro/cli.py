@@ -5,6 +5,7 @@
     mlsys-repro claims [PAPER ...] | --claims F.yaml --csv-dir DIR [--out V.csv]       # verdicts, SUMMARY, page
     mlsys-repro report [PAPER ...] [--results-dir DIR]                                # page + reports, no run
     mlsys-repro collect RUNDIR                                                        # gather a Hydra multirun
+    mlsys-repro --version
 
 Each subcommand forwards its arguments unchanged to the module that ``python -m`` runs, so both spellings take
 the same options and give the same exit codes (0 ok, 1 failures / not fresh, 2 bad input).
@@ -63,6 +64,11 @@ def usage() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["--version"], ["-V"]):
+        from mlsys_repro.common.repro.results import package_version
+
+        print(f"mlsys-repro {package_version()}")
+        return 0
     if not args or args[0] in ("-h", "--help"):
         print(usage())
         return 0 if args else 2

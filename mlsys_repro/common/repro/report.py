@@ -2,7 +2,7 @@
 ``results/index.html`` (:mod:`mlsys_repro.common.repro.site`), ``results/SUMMARY.md`` and each paper's ``claims.md`` /
 ``claims.csv``.
 
-    python -m mlsys_repro.common.repro.report [PAPER ...] [--results-dir DIR] [--conf-dir DIR]   # = mlsys-repro report
+    python -m mlsys_repro.common.repro.report [PAPER ...] [--results-dir DIR] [--conf-dir DIR] [--profile P]
 
 The page covers every paper with results under ``DIR`` (default ``results/``); the papers named (default: all) get
 their claims.md / claims.csv rewritten. ``./reproduce.sh`` writes the same files after its runs. Prints the page's
@@ -24,13 +24,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("papers", nargs="*", help="paper keys whose claims.md to rewrite (default: all)")
     ap.add_argument("--results-dir", type=Path, default=None, help="results folder (default: results/)")
     ap.add_argument("--conf-dir", type=Path, default=None, help="Hydra config tree (default: conf/)")
+    ap.add_argument("--profile", default="default", help="profile whose runs freshness is judged against")
     args = ap.parse_args(argv)
     from mlsys_repro.common.repro.claims import check
     from mlsys_repro.common.repro.config import compose
 
     try:
         results_dir = Path(args.results_dir or compose([], conf_dir=args.conf_dir).paths.results_dir)
-        verdicts = check(args.papers or None, results_dir, args.conf_dir, quiet=True)
+        verdicts = check(args.papers or None, results_dir, args.conf_dir, quiet=True, profile=args.profile)
     except (ClaimsSchemaError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -135,6 +135,21 @@ def refuse_foreign_results(target: Path, profile: str, narrowed: str = "") -> No
                           "policy list, so run it into runs/ (or name another folder)")
 
 
+def verdict_totals(verdicts: dict, papers: Sequence[str], results_dir: Path) -> str:
+    """The closing summary of a run's claims: counted verdicts of the papers run, and where the page is."""
+    from mlsys_repro.common.repro.claims.report import counts
+    from mlsys_repro.common.repro.claims.schema import COUNTED
+
+    mine = [v for p in papers for v in verdicts.get(p, [])]
+    total: dict[str, int] = {}
+    for cls in COUNTED:
+        for k, n in counts(mine, cls).items():
+            total[k] = total.get(k, 0) + n
+    shown = ", ".join(f"{k} {n}" for k, n in total.items() if n) or "none"
+    return (f"== counted claims of {', '.join(papers)}: {shown}; the page: {Path(results_dir) / 'index.html'} "
+            f"(per paper: {Path(results_dir) / '<paper>' / 'claims.md'})")
+
+
 def default_results_dir(paths, profile: str) -> Path:
     """Where a profile writes by default: ``paths.results_dir`` for ``default``, ``paths.runs_dir/<profile>``
     otherwise (so a smoke or full run never overwrites the committed default results)."""
@@ -278,7 +293,10 @@ def _main(args) -> int:
 
         print("== claims", flush=True)
         try:
-            check(papers, results_dir, args.conf_dir, profile=args.profile)
+            verdicts = check(papers, results_dir, args.conf_dir, profile=args.profile)
+            print(verdict_totals(verdicts, papers, results_dir), flush=True)
+            failures += [f"{v.paper}/{v.claim.id}: result file damaged: {v.damaged}"
+                         for p in papers for v in verdicts.get(p, []) if v.damaged]
         except KNOWN_ERRORS as e:
             failures.append(f"claims: {e}")
         except Exception as e:

@@ -72,8 +72,9 @@ def check_paper(paper: str, claims_path: Path, results_dir: Path) -> list[Verdic
 
 def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, conf_dir: Path | None = None,
           quiet: bool = False, profile: str = "default") -> dict[str, list[Verdict]]:
-    """Check the claims of ``mlsys_repro.papers`` (all by default), write their claims.md/csv and the summary of every
-    paper found in ``results_dir``. Freshness is judged against ``profile``'s runs."""
+    """Check the claims of ``papers`` (default: every paper), write their claims.md/csv, and the summary and page of
+    the papers checked plus every other paper with results in ``results_dir``. Freshness is judged against
+    ``profile``'s runs."""
     import importlib
 
     from mlsys_repro.common.repro.config import compose, papers_in_conf
@@ -82,7 +83,7 @@ def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, 
     cfg = compose([], conf_dir=conf_dir)
     results_dir = Path(results_dir or cfg.paths.results_dir)
     available = papers_in_conf(cfg.paths.conf_dir)
-    wanted = list(papers) if papers else available
+    wanted = list(papers) if papers else ([p for p in available if (results_dir / p).is_dir()] or available)
     unknown = [p for p in wanted if p not in available]
     if unknown:
         raise ConfigError(did_you_mean("paper", unknown, available))
@@ -90,7 +91,10 @@ def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, 
     fresh: dict[str, dict[str, str]] = {}
     titles: dict[str, str] = {}
     broken: list[str] = []
-    for paper in available:
+    # the papers asked for and those with results in this folder: a folder with one paper's results gets a summary
+    # of that paper, not SKIPPED rows for the others (and checking it composes no other paper)
+    scope = [p for p in available if p in wanted or (results_dir / p).is_dir()]
+    for paper in scope:
         pcfg = compose([f"paper={paper}"], conf_dir=conf_dir).paper
         path = Path(importlib.import_module(pcfg.module).__file__).parent / pcfg.claims
         if not path.exists():
@@ -132,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mlsys_repro.common.repro.claims", description=__doc__.split("\n\n")[0])
     ap.add_argument("papers", nargs="*", help="paper keys (default: all)")
     ap.add_argument("--results-dir", type=Path, default=None, help="results folder (default: results/)")
+    ap.add_argument("--profile", default="default", help="profile whose runs freshness is judged against")
     ap.add_argument("--claims", type=Path, default=None, help="a claims file to check on its own (with --csv-dir)")
     ap.add_argument("--csv-dir", type=Path, default=None, help="folder of <experiment>.csv for --claims")
     ap.add_argument("--out", type=Path, default=None, help="write the verdict table (CSV) here (with --claims)")
@@ -152,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 frame.to_csv(sys.stdout, index=False)
             return _damaged_exit(verdicts)
-        everything = check(args.papers or None, args.results_dir)
+        everything = check(args.papers or None, args.results_dir, profile=args.profile)
     except (ClaimsSchemaError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
