@@ -59,7 +59,7 @@ def test_wheel_carries_conf_data_and_claims(installed):
     assert any(n.startswith("mlsys_repro/common/repro/_bundled/data/coflow/") for n in names)
     assert not any("__pycache__" in n for n in names)
     entry = zipfile.ZipFile(whl).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "mlsys-repro = mlsys_repro.common.repro.cli:main" in entry
+    assert "mlsys-repro = mlsys_repro.common.repro.cli:entry" in entry
 
 
 def test_installed_command_lists_every_experiment_from_any_directory(installed, tmp_path):

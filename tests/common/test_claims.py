@@ -419,8 +419,8 @@ def test_seeds_on_one_side_only_and_missing_columns_are_damage():
 def test_skipped_cases():
     df = frame({"a": [1.0], "b": [2.0]})
     assert evaluate(claim(skip="needs a Spark testbed"), df).verdict == "SKIPPED"
-    v = evaluate(claim(), None, paper="p")
-    assert v.verdict == "SKIPPED" and "./reproduce.sh p" in v.note
+    v = evaluate(claim(), None, paper="p")  # no result file: not run, which is not a property of the claim
+    assert v.verdict == "NOT_RUN" and "./reproduce.sh p" in v.note
     assert evaluate(claim(ours="zzz"), df).verdict == "SKIPPED"
     assert evaluate(claim(metric="other"), df).verdict == "SKIPPED"
 
@@ -525,7 +525,7 @@ def test_cli_checks_any_claims_file_against_any_folder(tmp_path, capsys):
     assert main(["--claims", str(cf), "--csv-dir", str(d), "--out", str(out)]) == 0
     got = pd.read_csv(out)
     assert list(got.columns) == ["claim", "verdict", "ungated", "mean", "lo", "hi", "n", "note"]
-    assert got.set_index("claim")["verdict"].to_dict() == {"x": "REPRODUCED", "y": "SKIPPED"}
+    assert got.set_index("claim")["verdict"].to_dict() == {"x": "REPRODUCED", "y": "NOT_RUN"}
     cf.write_text("claims: [{id: z}]")
     assert main(["--claims", str(cf), "--csv-dir", str(d)]) == 2
     assert "missing field" in capsys.readouterr().err
@@ -589,7 +589,7 @@ def test_sensitivity_and_extension_are_shown_but_not_counted():
     assert "- sensitivity (not counted): REPRODUCED 1" in summary
     assert "- extension (not counted): REPRODUCED 1" in summary
     counted_rows = [ln for ln in summary.splitlines() if ln.startswith("| p | ")]
-    assert counted_rows == ["| p | headline | 1 | 0 | 0 | 0 | 0 | 0 |"]  # the per-paper table: counted classes only
+    assert counted_rows == ["| p | headline | 1 | 0 | 0 | 0 | 0 | 0 | 0 |"]  # the per-paper table: counted classes only
     assert "`s`" in summary and "`x`" in summary  # both still shown
 
 

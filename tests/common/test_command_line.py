@@ -143,3 +143,21 @@ def test_version(capsys):
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"mlsys-repro {package_version()}" != "mlsys-repro unknown"
+
+
+@pytest.mark.parametrize("entry", ["run_all", "main"])
+def test_ctrl_c_during_a_cold_xla_compile_exits_130_cleanly(toy_conf, tmp_path, entry):
+    """A first-time user always has a cold compile cache: Ctrl-C while XLA compiles must flush its one line and exit
+    130, not crash in interpreter teardown while XLA's threads still run (it segfaulted, rc 139)."""
+    marker = tmp_path / "started"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "TOY_STARTED_MARKER": str(marker),
+           "TOY_COMPILE": "3000", "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "cold_cache")}
+    if entry == "run_all":
+        cmd = [sys.executable, "-m", "mlsys_repro.common.repro.run_all", "toy", "--conf-dir", str(toy_conf),
+               "--only", "slow", "--profile", "smoke", "--results-dir", str(tmp_path / "res"), "--no-claims"]
+    else:
+        cmd = [sys.executable, "-m", "mlsys_repro.common.repro.main", "--config-dir", str(toy_conf),
+               "experiment=toy/slow", "profile=smoke", f"hydra.run.dir={tmp_path / 'run'}"]
+    rc, out, err = interrupt_when_started(cmd, env, marker)
+    assert rc == 130, (rc, out[-2000:], err[-2000:])
+    assert "interrupted" in err and "Traceback" not in out + err

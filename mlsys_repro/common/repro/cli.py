@@ -85,5 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141  # as a shell reports a process killed by SIGPIPE
 
 
+def entry() -> None:
+    """The console script: :func:`main`, ending the process (after Ctrl-C without interpreter teardown)."""
+    from mlsys_repro.common.repro.errors import exit_process
+
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -1,7 +1,21 @@
 """Exceptions raised by the runner; each message names the file or config key at fault."""
 
 import difflib
+import os
+import sys
 from collections.abc import Sequence
+
+INTERRUPTED = 130  # the exit status of a run stopped by Ctrl-C, as a shell reports SIGINT
+
+
+def exit_process(code: int) -> None:
+    """End the process with ``code``. After Ctrl-C, flush and leave without interpreter teardown: XLA's compile
+    threads may still run, and tearing the interpreter down under them crashed (rc 139) on a cold compile cache."""
+    if code == INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(INTERRUPTED)
+    sys.exit(code)
 
 
 def did_you_mean(what: str, bad: Sequence[str], known: Sequence[str]) -> str:

@@ -47,7 +47,7 @@ from mlsys_repro.common.repro.config import (
     register_paper_schemas,
     validate,
 )
-from mlsys_repro.common.repro.errors import ConfigError
+from mlsys_repro.common.repro.errors import ConfigError, exit_process
 from mlsys_repro.common.repro.run_all import KNOWN_ERRORS, enable_compile_cache, refuse_foreign_results, run_experiment
 from mlsys_repro.common.repro.schema import work_root
 
@@ -179,4 +179,4 @@ def cli(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli(sys.argv[1:]))
+    exit_process(cli(sys.argv[1:]))

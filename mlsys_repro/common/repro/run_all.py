@@ -33,6 +33,7 @@ from mlsys_repro.common.repro.errors import (
     ResultSchemaError,
     RunLockedError,
     did_you_mean,
+    exit_process,
 )
 from mlsys_repro.common.repro.freshness import code_fingerprint, write_manifest
 from mlsys_repro.common.repro.progress import console_logging, fmt_seconds
@@ -311,4 +312,4 @@ def _main(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

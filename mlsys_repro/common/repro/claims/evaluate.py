@@ -30,7 +30,8 @@ Verdict rules (the same for every kind; :func:`classify`):
 * ``NOT_TESTED``: every cell the claim compares failed its validity gates: our implementation did not do what the
   comparison presumes (it did not train, or did not learn); counted apart from INCONCLUSIVE, with the ungated
   verdict beside it.
-* ``SKIPPED``: not measurable here (the claim's ``skip`` says why), or no result rows.
+* ``SKIPPED``: not measurable here (the claim's ``skip`` says why), or no result rows for it.
+* ``NOT_RUN``: its experiment has no result file in the folder checked (not a property of the claim).
 
 Special cases:
 
@@ -80,7 +81,7 @@ from mlsys_repro.common.repro.errors import ClaimsSchemaError
 from mlsys_repro.common.repro.gates import cell_valid
 from mlsys_repro.common.repro.stats import ALPHA, bonferroni_level, mean_ci
 
-VERDICTS = ("REPRODUCED", "DIRECTION_ONLY", "NOT_REPRODUCED", "INCONCLUSIVE", "NOT_TESTED", "SKIPPED")
+VERDICTS = ("REPRODUCED", "DIRECTION_ONLY", "NOT_REPRODUCED", "INCONCLUSIVE", "NOT_TESTED", "SKIPPED", "NOT_RUN")
 CHECK_VERDICTS = {"REPRODUCED": "PASS", "DIRECTION_ONLY": "FAIL", "NOT_REPRODUCED": "FAIL"}
 _WORST_FIRST = ("NOT_REPRODUCED", "INCONCLUSIVE", "DIRECTION_ONLY", "REPRODUCED")
 REQUIRED_COLUMNS = ("seed", "metric", "value")
@@ -380,7 +381,8 @@ def evaluate(claim: Claim, df: pd.DataFrame | None, paper: str = "") -> Verdict:
         v.note = str(claim.skip)
         return v
     if df is None:
-        v.note = f"no results for experiment {claim.experiment!r} (run ./reproduce.sh {paper})"
+        v.verdict = "NOT_RUN"
+        v.note = f"no result file for experiment {claim.experiment!r} in this folder (run ./reproduce.sh {paper})"
         return v
     v.profiles = ",".join(sorted(df["profile"].astype(str).unique())) if "profile" in df else ""
     try:

@@ -34,7 +34,8 @@ VERDICT_MEANING = (
     "NOT_REPRODUCED = significant the wrong way, a CI that includes no effect and excludes the band, or an effect "
     "smaller than the smallest that counts; INCONCLUSIVE = this study cannot tell (CI too wide, censoring, a gate "
     "not recorded, a damaged result file); NOT_TESTED = our implementation failed its validity gates in every "
-    "compared cell (the ungated verdict is shown beside it); SKIPPED = not measurable here. Gates are judged per "
+    "compared cell (the ungated verdict is shown beside it); SKIPPED = not measurable here; NOT_RUN = no result file "
+    "for its experiment in this folder. Gates are judged per "
     "(policy, condition) cell: a cell counts when >= 80 % of its runs pass. Rules: "
     "`mlsys_repro/common/repro/claims/evaluate.py`; gates: `mlsys_repro/common/repro/gates.py`."
 )
@@ -46,7 +47,7 @@ def _md(s: str) -> str:
 
 def counts(verdicts: Sequence[Verdict], cls: str) -> dict[str, int]:
     """Number of each shown verdict among the claims of class ``cls``."""
-    keys = ("PASS", "FAIL", "INCONCLUSIVE", "NOT_TESTED", "SKIPPED") if cls == "check" else VERDICTS
+    keys = ("PASS", "FAIL", "INCONCLUSIVE", "NOT_TESTED", "SKIPPED", "NOT_RUN") if cls == "check" else VERDICTS
     return {k: sum(v.shown == k for v in verdicts if v.claim.cls == cls) for k in keys}
 
 
