@@ -637,3 +637,13 @@ def test_claims_step_refuses_a_truncated_result_file(tmp_path, capsys):
     assert got.loc["jct_speedup_avg", "verdict"] == "INCONCLUSIVE"
     assert "result file damaged" in got.loc["jct_speedup_avg", "note"]
     assert got.loc["cct_speedup_up_to", "verdict"] != "INCONCLUSIVE"  # from bandwidth_sweep.csv, intact
+
+
+def test_report_commands_carry_the_profile_and_folder(tmp_path):
+    from mlsys_repro.common.repro.claims.report import run_args
+
+    assert run_args("default", tmp_path / "r", tmp_path / "r") == ""
+    assert run_args("smoke", tmp_path / "x", tmp_path / "r") == f" --profile smoke --results-dir {tmp_path / 'x'}"
+    df = frame({"a": [5.0, 5.1, 4.9], "b": [10.0] * 3})
+    md = paper_markdown("p", "T", [evaluate(claim(), df, "p")], {"e": "fresh"}, args=" --profile smoke")
+    assert "`./reproduce.sh p --profile smoke`" in md

@@ -73,10 +73,10 @@ def _manifest(results_dir: Path, paper: str, exp: str) -> dict | None:
         return None
 
 
-def regenerate_command(paper: str, exp: str) -> str:
-    """The command that reruns one experiment into ``results/`` and rechecks its claims (``--force``: even when its
-    stored result is fresh, which a plain run would keep)."""
-    return f"./reproduce.sh {paper} --only {exp} --force"
+def regenerate_command(paper: str, exp: str, args: str = "") -> str:
+    """The command that reruns one experiment into this folder (``args``: its profile and folder where they are not
+    the defaults) and rechecks its claims (``--force``: even when its stored result is fresh)."""
+    return f"./reproduce.sh {paper} --only {exp}{args} --force"
 
 
 def experiment_figures(paper_dir: Path, exp: str, experiments: Sequence[str], man: dict | None) -> list[Path]:
@@ -180,7 +180,7 @@ def default_papers_dir() -> Path | None:
 
 def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
               freshness: Mapping[str, Mapping[str, str]], titles: Mapping[str, str] | None = None,
-              papers_dir: Path | None | str = "default") -> str:
+              papers_dir: Path | None | str = "default", args: str = "") -> str:
     """The page for the verdicts and the result files under ``results_dir`` (links relative to it). A paper's
     README is linked as ``../mlsys_repro/papers/<paper>/README.md`` when it exists under ``papers_dir`` (default: the
     checkout's); the page's bytes do not depend on where ``results_dir`` is."""
@@ -229,7 +229,7 @@ def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
             csv_link = (f'<a href="{_e(paper)}/{_e(exp)}.csv">{_e(exp)}.csv</a>' if csv.exists()
                         else '<span class="missing">no result file</span>')
             man = _manifest(results_dir, paper, exp)
-            out.append(f"<p>Regenerate: <code>{_e(regenerate_command(paper, exp))}</code> "
+            out.append(f"<p>Regenerate: <code>{_e(regenerate_command(paper, exp, args))}</code> "
                        "<span class=\"muted\">(without --force a fresh result is kept)</span> &middot; "
                        f"{csv_link} &middot; result file: <span class=\"{_e(fresh.split(':')[0])}\">{_e(fresh)}"
                        f"</span><br>Provenance: {_provenance(man)}</p>")
@@ -254,8 +254,8 @@ def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
 
 def write_site(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
                freshness: Mapping[str, Mapping[str, str]], titles: Mapping[str, str] | None = None,
-               papers_dir: Path | None | str = "default") -> Path:
+               papers_dir: Path | None | str = "default", args: str = "") -> Path:
     """Write ``<results_dir>/index.html`` and return its path."""
     path = Path(results_dir) / "index.html"
-    atomic_write_bytes(path, site_html(results_dir, all_verdicts, freshness, titles, papers_dir).encode())
+    atomic_write_bytes(path, site_html(results_dir, all_verdicts, freshness, titles, papers_dir, args).encode())
     return path

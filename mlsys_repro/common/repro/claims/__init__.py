@@ -27,6 +27,7 @@ import pandas as pd
 from mlsys_repro.common.repro.claims.evaluate import VERDICTS, Verdict, classify, evaluate, evaluate_all
 from mlsys_repro.common.repro.claims.report import (
     paper_markdown,
+    run_args,
     summary_markdown,
     verdict_frame,
     write_paper_report,
@@ -91,6 +92,7 @@ def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, 
     fresh: dict[str, dict[str, str]] = {}
     titles: dict[str, str] = {}
     broken: list[str] = []
+    args = run_args(profile, results_dir, Path(cfg.paths.results_dir))  # in every regenerate command of the reports
     # the papers asked for and those with results in this folder: a folder with one paper's results gets a summary
     # of that paper, not SKIPPED rows for the others (and checking it composes no other paper)
     scope = [p for p in available if p in wanted or (results_dir / p).is_dir()]
@@ -112,14 +114,14 @@ def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, 
             if st is not None and st.state == "incomplete" and v.verdict != "SKIPPED":
                 _mark_damaged(v, st.line())
         if paper in wanted:
-            write_paper_report(paper, pcfg.title, everything[paper], results_dir, fresh[paper])
+            write_paper_report(paper, pcfg.title, everything[paper], results_dir, fresh[paper], args)
             if not quiet:
                 for v in everything[paper]:
                     print(f"  {paper}/{v.claim.id} [{v.claim.cls}]: {v.shown}  {v.measured()}  {v.note}")
     write_summary(everything, results_dir, fresh)
     from mlsys_repro.common.repro.site import write_site
 
-    write_site(results_dir, everything, fresh, titles)
+    write_site(results_dir, everything, fresh, titles, args=args)
     if broken:
         raise ClaimsSchemaError("malformed claims files (the other papers were checked):\n  " + "\n  ".join(broken))
     return everything

@@ -84,14 +84,25 @@ _HEADER = ("| claim | regime | paper | ours [95 % CI] | verdict | ungated | revi
 _RULE = "|---|---|---|---|---|---|---|---|---|---|"
 
 
-def paper_markdown(paper: str, title: str, verdicts: list[Verdict], freshness: Mapping[str, str] | None = None) -> str:
+def run_args(profile: str = "default", results_dir: Path | None = None, default_dir: Path | None = None) -> str:
+    """The options a regenerate command needs to rerun into this folder with this profile ("" for the defaults)."""
+    out = "" if profile == "default" else f" --profile {profile}"
+    if results_dir is not None and default_dir is not None \
+            and Path(results_dir).resolve() != Path(default_dir).resolve():
+        out += f" --results-dir {results_dir}"
+    return out
+
+
+def paper_markdown(paper: str, title: str, verdicts: list[Verdict], freshness: Mapping[str, str] | None = None,
+                   args: str = "") -> str:
     freshness = freshness or {}
     lines = [
         f"# {paper}: paper claims vs measured results",
         "",
         title,
         "",
-        f"Regenerate: `./reproduce.sh {paper}`; recheck only: `python -m mlsys_repro.common.repro.claims {paper}`.",
+        f"Regenerate: `./reproduce.sh {paper}{args}`; recheck only: "
+        f"`python -m mlsys_repro.common.repro.claims {paper}{args}`.",
         "Measured values are means over seeds with a 95 % Student-t CI (\"up to\" claims: the Bonferroni-corrected "
         "CI that decides significance, level shown; the band is tested with the plain 95 % CI). " + VERDICT_MEANING,
         "",
@@ -126,9 +137,9 @@ _FRAME_COLUMNS = ["paper", "claim", "class", "source", "experiment", "metric", "
 
 
 def write_paper_report(paper: str, title: str, verdicts: list[Verdict], results_dir: Path,
-                       freshness: Mapping[str, str] | None = None) -> None:
+                       freshness: Mapping[str, str] | None = None, args: str = "") -> None:
     d = Path(results_dir) / paper
-    atomic_write_bytes(d / "claims.md", paper_markdown(paper, title, verdicts, freshness).encode())
+    atomic_write_bytes(d / "claims.md", paper_markdown(paper, title, verdicts, freshness, args).encode())
     atomic_write_bytes(d / "claims.csv", verdict_frame(verdicts).to_csv(index=False).encode())
 
 
