@@ -4,6 +4,7 @@ and only the default profile writes results/."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pandas as pd
 import pytest
@@ -137,18 +138,21 @@ def test_a_data_edit_makes_the_result_stale(tmp_path):
     assert s.state == "stale" and "data changed (stored d1, now d2)" in s.why and not s.reusable
 
 
-def test_a_result_without_a_data_fingerprint_is_checked_against_git(tmp_path):
-    """Manifests written before data fingerprints: the data files changed since the commit that made the result."""
-    import subprocess
-
-    repo = tmp_path / "repo"
-    write(repo / "data/coflow/trace.txt", "48\n")
+def _commit_all(repo) -> str:
+    """``git init`` + commit everything in ``repo``; the short commit id."""
     git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "data"], check=True)
-    sha = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                         check=True).stdout.strip()
+    subprocess.run([*git, "commit", "-qm", "init"], check=True)
+    return subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_a_result_without_a_data_fingerprint_is_checked_against_git(tmp_path):
+    """Manifests written before data fingerprints: the data files changed since the commit that made the result."""
+    repo = tmp_path / "repo"
+    write(repo / "data/coflow/trace.txt", "48\n")
+    sha = _commit_all(repo)
     since = lambda s: data_changed_since(repo, s, repo / "data", ["coflow/trace.txt"])  # noqa: E731
     p = _result(tmp_path / "p/e.csv", sha=sha)
     write_manifest(p, config_hash="h1", code_hash="c1", profile="default", git_sha=sha)
@@ -191,17 +195,12 @@ def test_only_takes_a_comma_list_and_names_typos(toy_conf, tmp_path, capsys):
 
 
 def test_the_dirty_label_covers_data(tmp_path):
-    import subprocess
-
     from mlsys_repro.common.repro.results import git_sha
 
     repo = tmp_path / "repo"
     write(repo / "data/codecs/table.csv", "a\n1\n")
     write(repo / "mlsys_repro/x.py", "X = 1\n")
-    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "init"], check=True)
+    _commit_all(repo)
     assert not git_sha(str(repo)).endswith("-dirty")
     (repo / "data/codecs/table.csv").write_text("a\nnan\n")
     git_sha.cache_clear()  # memoised per process

@@ -321,10 +321,6 @@ class _Cells:
     why: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
 
-    def drops(self, i: int, cond: Any) -> bool:
-        bad = self.invalid.get(i, set())
-        return _ALL in bad or cond in bad
-
 
 def _filters(claim: Claim) -> list[dict[str, Any]]:
     if claim.kind == "bound":
