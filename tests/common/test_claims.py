@@ -647,3 +647,26 @@ def test_report_commands_carry_the_profile_and_folder(tmp_path):
     df = frame({"a": [5.0, 5.1, 4.9], "b": [10.0] * 3})
     md = paper_markdown("p", "T", [evaluate(claim(), df, "p")], {"e": "fresh"}, args=" --profile smoke")
     assert "`./reproduce.sh p --profile smoke`" in md
+
+
+def test_one_malformed_claims_file_does_not_stop_the_other_papers(toy_conf, tmp_path, capsys):
+    from tests.conftest import write
+
+    write(toy_conf / "paper/a_toy_bad.yaml", """
+        defaults:
+          - /schema/paper/default@_here_
+          - _self_
+        key: a_toy_bad
+        title: a paper whose claims file is malformed
+        module: tests.fixtures.toy_paper
+        claims: malformed_claims.yaml
+    """)
+    res = tmp_path / "res"
+    (res / "toy").mkdir(parents=True)
+    frame({"fast": [5.0, 5.1, 4.9], "slow": [10.0] * 3}, metric="cost_s").to_csv(res / "toy" / "costs.csv",
+                                                                                  index=False)
+    from mlsys_repro.common.repro.claims import check
+
+    with pytest.raises(ClaimsSchemaError, match=r"a_toy_bad: .*unknown gate 'convergd' \(did you mean 'converged'"):
+        check(["a_toy_bad", "toy"], res, toy_conf, quiet=True)  # the malformed one is checked first
+    assert "REPRODUCED" in (res / "toy" / "claims.md").read_text()  # the other paper was still checked
