@@ -18,6 +18,17 @@ def exit_process(code: int) -> None:
     sys.exit(code)
 
 
+def stop_interrupted(line: str) -> None:
+    """Print ``line`` (the one line a Ctrl-C leaves) and leave with 130 at once. Unwinding through Hydra's job teardown
+    while XLA still compiles on its own threads segfaulted (rc -11), so nothing runs after the line but log flushes."""
+    import logging
+
+    print(line, file=sys.stderr, flush=True)
+    for h in logging.getLogger().handlers:
+        h.flush()
+    exit_process(INTERRUPTED)
+
+
 def did_you_mean(what: str, bad: Sequence[str], known: Sequence[str]) -> str:
     """``unknown <what> 'x' (did you mean 'y'?)`` for each of ``bad``, then the known names."""
     parts = []

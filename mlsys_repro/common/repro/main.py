@@ -47,7 +47,7 @@ from mlsys_repro.common.repro.config import (
     register_paper_schemas,
     validate,
 )
-from mlsys_repro.common.repro.errors import ConfigError, exit_process
+from mlsys_repro.common.repro.errors import ConfigError, exit_process, stop_interrupted
 from mlsys_repro.common.repro.run_all import KNOWN_ERRORS, enable_compile_cache, refuse_foreign_results, run_experiment
 from mlsys_repro.common.repro.schema import work_root
 
@@ -146,8 +146,7 @@ def _task(cfg: DictConfig) -> str:
     try:
         status, path, secs = run_experiment(spec, out, force=force, log=log.info)
     except KeyboardInterrupt:
-        print(interrupted_line(label, out, cfg.paths.get("checkpoint_dir")), file=sys.stderr, flush=True)
-        raise SystemExit(130) from None
+        stop_interrupted(interrupted_line(label, out, cfg.paths.get("checkpoint_dir")))
     log.info(f"{label}: {status} -> {path} ({secs:.1f}s)")
     return str(path)
 

@@ -34,6 +34,7 @@ from mlsys_repro.common.repro.errors import (
     RunLockedError,
     did_you_mean,
     exit_process,
+    stop_interrupted,
 )
 from mlsys_repro.common.repro.freshness import code_fingerprint, write_manifest
 from mlsys_repro.common.repro.progress import console_logging, fmt_seconds
@@ -266,10 +267,9 @@ def _main(args) -> int:
             status_, path, secs = run_experiment(spec, results_dir / paper, force=args.force, cache=cache)
         except KeyboardInterrupt:
             done = i - 1
-            print(f"\n{label}: interrupted. {done}/{len(plan)} experiments finished and saved in {results_dir}; "
-                  "long trainings keep checkpoints under paths.checkpoint_dir. Run the same command again to "
-                  "resume (fresh results are skipped).", file=sys.stderr, flush=True)
-            return 130
+            stop_interrupted(f"\n{label}: interrupted. {done}/{len(plan)} experiments finished and saved in "
+                             f"{results_dir}; long trainings keep checkpoints under paths.checkpoint_dir. Run the same "
+                             "command again to resume (fresh results are skipped).")
         except KNOWN_ERRORS as e:
             failures.append(f"{paper}/{name}: {e}")
             print(f"{label}: FAILED: {e}", flush=True)
