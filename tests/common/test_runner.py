@@ -332,3 +332,13 @@ def test_a_key_no_dataclass_declares_and_a_negative_seed_are_named_at_compose():
         compose_run(["experiment=swallow/headline", "+hardware.port_gbsp=12"])
     with pytest.raises(ConfigError, match="experiment.seed must be >= 0, got -1"):
         compose_run(["experiment=swallow/headline", "experiment.seed=-1"])
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("experiment.params.max_coflows=-3", "max_coflows must be >= 1 or null, got -3"),
+    ("experiment.params.jct_sigma=-1", "jct_sigma must be >= 0, got -1.0"),
+])
+def test_parameter_ranges_are_named_at_compose(override, needle):
+    """A bad range used to end as CRASHED: ValueError after 22 s of simulation, without the key."""
+    with pytest.raises(ConfigError, match=f"experiment swallow/headline params: {needle}"):
+        compose_run(["experiment=swallow/headline", override])

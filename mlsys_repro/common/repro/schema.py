@@ -145,6 +145,22 @@ class BasePolicy:
     description: str = ""
 
 
+def check_range(obj: Any, name: str, *, ge: float | None = None, gt: float | None = None,
+                optional: bool = False) -> None:
+    """For a dataclass' ``__post_init__``: a ValueError naming ``name`` when its value (or any item of a list value)
+    is below ``ge`` or not above ``gt`` (``optional``: ``None`` is allowed). The config step reports it before
+    anything runs, with the experiment and the key."""
+    v = getattr(obj, name)
+    if v is None and optional:
+        return
+    for x in (v if isinstance(v, (list, tuple)) else [v]):
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or (ge is not None and not x >= ge) \
+                or (gt is not None and not x > gt):
+            bound = " and ".join(b for b in (f">= {ge:g}" if ge is not None else "",
+                                             f"> {gt:g}" if gt is not None else "") if b)
+            raise ValueError(f"{name} must be {bound}{' or null' if optional else ''}, got {v!r}")
+
+
 def register_schema(group: str, name: str, node: type) -> type:
     """Store ``node`` as ``/schema/<group>/<name>`` in Hydra's ConfigStore and return it (usable as decorator arg)."""
     root = group.split("/")[0]

@@ -20,7 +20,7 @@ import numpy as np
 
 from mlsys_repro.common.repro.bench import bench_context, machine_line, time_it
 from mlsys_repro.papers.swallow import sim
-from mlsys_repro.papers.swallow.experiments import flow_table
+from mlsys_repro.papers.swallow.experiments import coflowsim_reference, flow_table
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     print(machine_line())
     print(f"trace: {ft.num_coflows} coflows, {ft.num_flows} flows, {ft.num_ports} ports")
     if a.parity:
-        return parity(ft, gbit, a.repeats)
+        return parity(ft, gbit, a.repeats, ctx.data_dir)
     P = ft.num_ports
     st = sim.Static(kind="madd")
     one = sim.params(gbit, policy="sebf", num_ports=P)
@@ -64,9 +64,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{t_v.line()} = {t_v.min_s / t_one.min_s:.1f}x one SEBF run")
 
 
-def parity(ft, gbit: float, repeats: int) -> None:
+def parity(ft, gbit: float, repeats: int, data_dir) -> None:
     """The coflowsim_parity experiment's seven simulations, as the experiment runs them (one configuration per
-    core, :func:`sim.simulate_many`), then each scheduler alone on one core."""
+    core, :func:`sim.simulate_many`), then each scheduler alone on one core; then how many coflows finish in the same
+    quantum as in coflowsim's own runs (upstream, and with consistent receiver bookkeeping: all of them)."""
     P = ft.num_ports
     names = ["fifo", "scf", "ncf", "lcf", "sebf", "aalo", "fair"]
     kind = {"aalo": "dark", "fair": "fair"}
@@ -76,6 +77,14 @@ def parity(ft, gbit: float, repeats: int) -> None:
                   lambda: sim.simulate_many(ft, jobs), repeats).line())
     for n, job in zip(names, jobs, strict=True):
         print(time_it(f"{n} alone", lambda job=job: sim.simulate_many(ft, [job]), repeats).line())
+    for book in ("upstream", "consistent"):
+        ref = coflowsim_reference(data_dir, ft, book)
+        if not ref:
+            print(f"no coflowsim {book} run on record for {ft.num_coflows} coflows")
+            continue
+        same = [f"{n} {int(np.sum(r.finish_ms == ref[n]))}/{ft.num_coflows}"
+                for n, r in zip(names, sim.simulate_many(ft, jobs), strict=True) if n in ref]
+        print(f"same finish quantum as coflowsim ({book} bookkeeping): " + ", ".join(same))
 
 
 if __name__ == "__main__":

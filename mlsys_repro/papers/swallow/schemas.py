@@ -3,9 +3,11 @@ the params of each experiment. Registered in Hydra's ConfigStore on import; valu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
-from mlsys_repro.common.repro.schema import BaseHardware, BasePolicy, register_schema
+from mlsys_repro.common.repro.schema import BaseHardware, BasePolicy, check_range, register_schema
 
 KINDS = ("madd", "dark", "sincronia", "fair")
 ORDERS = ("fifo", "scf", "ncf", "lcf", "sebf", "fvdf")
@@ -15,6 +17,8 @@ PREDICTORS = ("validated", "oracle", "gru", "ewma", "last", "none")
 CODECS = ("lz4", "snappy", "zstd")
 CPU_TRACES = ("bitbrains", "azure")
 PAYLOAD_CLASSES = ("trace_text", "cpu_csv", "cpu_f32", "mnist_u8", "cifar_jpeg")  # = codecs.PAYLOADS
+RANDOM_PAYLOADS = ("per_mapper", "per_coflow")  # classes drawn per (coflow, mapper) or per coflow (experiments.py)
+PAYLOADS = (*PAYLOAD_CLASSES, "mix", *RANDOM_PAYLOADS)
 
 
 @dataclass
@@ -51,7 +55,7 @@ class CoflowFabric(BaseHardware):
     cores_per_port: float = 8.0  # cores a host can give the shuffle's compressor (scaled by its free CPU)
     codec: str = "lz4"
     codec_source: str = "measured"  # measured (data/codecs/codec_table.csv) | lz4_readme (the authors' table)
-    codec_payload: str = "per_coflow"  # a payload class of the codec table, or per_coflow (one drawn per coflow)
+    codec_payload: str = "per_mapper"  # a payload class of the codec table, mix, or a RANDOM_PAYLOADS model
     cpu_trace: str = "bitbrains"
     cpu_sample_s: float = 300.0  # the CPU trace's sample length, in simulated seconds
     cpu_window: int = 512  # samples replayed per port (wraps around after that)
@@ -66,9 +70,8 @@ class CoflowFabric(BaseHardware):
             raise ValueError(f"codec must be one of {CODECS}, got {self.codec!r}")
         if self.codec_source not in ("measured", "lz4_readme"):
             raise ValueError(f"codec_source must be 'measured' or 'lz4_readme', got {self.codec_source!r}")
-        if self.codec_payload not in (*PAYLOAD_CLASSES, "mix", "per_coflow"):
-            raise ValueError(f"codec_payload must be one of {(*PAYLOAD_CLASSES, 'mix', 'per_coflow')}, got "
-                             f"{self.codec_payload!r}")
+        if self.codec_payload not in PAYLOADS:
+            raise ValueError(f"codec_payload must be one of {PAYLOADS}, got {self.codec_payload!r}")
         if self.cpu_trace not in CPU_TRACES:
             raise ValueError(f"cpu_trace must be one of {CPU_TRACES}, got {self.cpu_trace!r}")
         if self.cpu_sample_s <= 0 or self.cpu_window < 1:
@@ -107,14 +110,45 @@ class SwallowPolicy(BasePolicy):
 class ParityParams:
     max_coflows: int | None = None  # first N coflows of the trace (smoke); None = all
 
+    def __post_init__(self) -> None:
+        _check_trace_and_jobs(self)
+
+
+def _check_trace_and_jobs(p: Any) -> None:
+    """Ranges shared by the experiments' params (named in the error, reported at compose)."""
+    check_range(p, "max_coflows", ge=1, optional=True)
+    for name, bound in (("gru_steps", {"ge": 1}), ("jct_median_kappa", {"gt": 0}), ("jct_sigma", {"ge": 0}),
+                        ("port_gbps", {"gt": 0}), ("cores_per_port", {"gt": 0})):
+        if hasattr(p, name):
+            check_range(p, name, **bound)
+
+
+def _check_payloads(payloads: list[str]) -> None:
+    if not payloads or len(set(payloads)) != len(payloads) or any(p not in PAYLOADS for p in payloads):
+        raise ValueError(f"payloads must be distinct names from {PAYLOADS}, got {payloads}")
+
+
+def _check_jct(chunks: list[int], disks: list[float]) -> None:
+    if not chunks or any(int(c) != c or c < 1 for c in chunks):
+        raise ValueError(f"jct_chunks must be integers >= 1, got {chunks}")
+    if not disks or any(not (d > 0 and math.isfinite(d)) for d in disks):
+        raise ValueError(f"disk_MBps must be positive finite numbers, got {disks}")
+
 
 @dataclass
 class HeadlineParams:
     max_coflows: int | None = None
     gru_steps: int = 1500  # training steps of the CPU-load predictor the scheduler uses
+    payloads: list[str] = field(default_factory=lambda: ["per_mapper", "per_coflow"])  # the first is the headline's
     jct_median_kappa: float = 2.0
     jct_sigma: float = 0.5
-    disk_MBps: float = 100.0  # per-host disk bandwidth of map spill and reduce merge (jobs.py; inf: no disk stage)
+    disk_MBps: float = 100.0  # per-host disk bandwidth of map spill and reduce merge (jobs.py)
+    jct_chunks: int = 1  # map/shuffle pipelining pieces (jobs.pipelined_jct_s; 1: Spark's stage barrier)
+
+    def __post_init__(self) -> None:
+        _check_trace_and_jobs(self)
+        _check_payloads(self.payloads)
+        _check_jct([self.jct_chunks], [self.disk_MBps])
 
 
 @dataclass
@@ -124,23 +158,48 @@ class BandwidthParams:
     bandwidth_gbps: list[float] = field(default_factory=lambda: [0.1, 0.3, 1.0, 3.0, 10.0])
     jct_median_kappa: float = 2.0
     jct_sigma: float = 0.5
-    disk_MBps: float = 100.0  # per-host disk bandwidth of map spill and reduce merge (jobs.py; inf: no disk stage)
+    disk_MBps: float = 100.0  # per-host disk bandwidth of map spill and reduce merge (jobs.py)
+    jct_chunks: int = 1  # map/shuffle pipelining pieces (jobs.pipelined_jct_s; 1: Spark's stage barrier)
 
     def __post_init__(self) -> None:
+        _check_trace_and_jobs(self)
         if not self.bandwidth_gbps or any(b <= 0 for b in self.bandwidth_gbps):
             raise ValueError("bandwidth_gbps must be a non-empty list of positive numbers")
+        _check_jct([self.jct_chunks], [self.disk_MBps])
 
 
 @dataclass
-class CpuParams:
+class JctParams:
     max_coflows: int | None = None
     gru_steps: int = 1500  # training steps of the CPU-load predictor the scheduler uses
-    cores_per_port: list[float] = field(default_factory=lambda: [0.125, 0.25, 0.5, 1.0, 8.0])
-    port_gbps: float = 10.0
+    jct_median_kappa: float = 2.0
+    jct_sigma: float = 0.5
+    jct_chunks: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    disk_MBps: list[float] = field(default_factory=lambda: [25.0, 50.0, 100.0, 200.0, 400.0, 800.0])
+    headline_chunks: int = 1  # the slice the figure shows of the other axis (the headline's job model)
+    headline_disk_MBps: float = 100.0
 
     def __post_init__(self) -> None:
-        if not self.cores_per_port or any(c <= 0 for c in self.cores_per_port):
-            raise ValueError("cores_per_port must be a non-empty list of positive numbers")
+        _check_trace_and_jobs(self)
+        _check_jct(self.jct_chunks, self.disk_MBps)
+        if self.headline_chunks not in self.jct_chunks or self.headline_disk_MBps not in self.disk_MBps:
+            raise ValueError("headline_chunks and headline_disk_MBps must be among jct_chunks and disk_MBps")
+
+
+@dataclass
+class RegimeMapParams:
+    max_coflows: int | None = None
+    gru_steps: int = 1500  # training steps of the CPU-load predictor the scheduler uses
+    bandwidth_gbps: list[float] = field(default_factory=lambda: [0.1, 0.3, 1.0, 3.0, 10.0])
+    cores_per_port: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0, 4.0, 8.0])
+    contour: float = 1.47  # the speed-up drawn as a line on the map (the paper's CCT number)
+
+    def __post_init__(self) -> None:
+        _check_trace_and_jobs(self)
+        for k in ("bandwidth_gbps", "cores_per_port"):
+            v = getattr(self, k)
+            if not v or any(x <= 0 for x in v):
+                raise ValueError(f"{k} must be a non-empty list of positive numbers")
 
 
 @dataclass
@@ -152,6 +211,7 @@ class AblationParams:
     codecs: list[str] = field(default_factory=lambda: ["lz4", "snappy", "zstd", "lz4_readme"])
 
     def __post_init__(self) -> None:
+        _check_trace_and_jobs(self)
         bad = [c for c in self.codecs if c not in (*CODECS, "lz4_readme")]
         if bad:
             raise ValueError(f"unknown codecs {bad}")

@@ -187,3 +187,120 @@ def test_forecaster_is_picked_on_the_validation_split_only():
         assert got in (want, "gru")  # a 3-step GRU is a residual on the last value: it may tie, never the other
         if want == "ewma":
             assert got == "ewma"
+
+
+# --- map/shuffle pipelining (jobs.pipelined_jct_s) ---------------------------------------------------------------
+
+_STAGES = dict(map_s=np.array([4.0, 0.0, 3.0]), spill_s=np.array([1.0, 0.0, 3.0]), cct_s=np.array([2.0, 5.0, 3.0]),
+               merge_s=np.array([1.0, 0.0, 3.0]), reduce_s=np.array([0.5, 1.0, 0.0]))
+
+
+def test_pipelined_jct_with_one_chunk_is_jct_exactly():
+    rng = np.random.default_rng(7)
+    st_ = {k: rng.exponential(3.0, 50) for k in ("cct_s", "map_s", "reduce_s", "spill_s", "merge_s")}
+    np.testing.assert_array_equal(jobs.pipelined_jct_s(**st_), jobs.jct_s(**st_))
+    np.testing.assert_array_equal(jobs.pipelined_jct_s(**st_, chunks=np.ones(50, np.int64)), jobs.jct_s(**st_))
+    np.testing.assert_array_equal(jobs.pipelined_jct_s(**_STAGES, chunks=1), jobs.jct_s(**_STAGES))
+    # scalars, positional like jct_s
+    assert float(jobs.pipelined_jct_s(2.0, 4.0, 0.5, 1.0, 1.0)) == jobs.jct_s(2.0, 4.0, 0.5, 1.0, 1.0) == 8.5
+
+
+def test_pipelined_jct_known_answers():
+    # stages 4, 1, 2, 1 in 4 pieces of 1, .25, .5, .25: the map is the bottleneck, makespan 4 + (8 - 4) / 4 = 5
+    assert float(jobs.pipelined_jct_s(cct_s=2.0, map_s=4.0, reduce_s=0.5, spill_s=1.0, merge_s=1.0, chunks=4)) == 5.5
+    # per coflow: [4,1,2,1] n=4 -> 5; [0,0,5,0] -> the shuffle alone, 5, whatever n; [3,3,3,3] n=3 -> 3 + 9/3 = 6
+    got = jobs.pipelined_jct_s(**_STAGES, chunks=np.array([4, 7, 3]))
+    np.testing.assert_allclose(got, [5.5, 6.0, 6.0])
+    # two pieces of equal stages 3, 3, 3, 3: piece 1 leaves merge at 4 x 1.5 = 6, piece 2 right behind, at 7.5
+    assert float(jobs.pipelined_jct_s(3.0, 3.0, 0.0, 3.0, 3.0, chunks=2)) == 7.5
+    # no spill/merge (disk_Bps = inf): map 4, shuffle 2, n = 2 -> 4 + 2/2 = 5, plus reduce
+    assert float(jobs.pipelined_jct_s(cct_s=2.0, map_s=4.0, reduce_s=1.0, chunks=2)) == 6.0
+
+
+def test_pipelined_jct_is_non_increasing_in_chunks_and_tends_to_the_longest_stage():
+    rng = np.random.default_rng(3)
+    st_ = {k: rng.exponential(2.0, 40) for k in ("cct_s", "map_s", "reduce_s", "spill_s", "merge_s")}
+    longest = np.max([st_[k] for k in ("map_s", "spill_s", "cct_s", "merge_s")], axis=0)
+    floor = longest + st_["reduce_s"]
+    prev = jobs.jct_s(**st_)
+    for n in (1, 2, 3, 4, 8, 16, 100, 10**4, 10**6):
+        cur = jobs.pipelined_jct_s(**st_, chunks=n)
+        assert np.all(cur <= prev) and np.all(cur >= floor)
+        prev = cur
+    assert np.all(prev < jobs.jct_s(**st_))  # strictly better than the barrier once a second stage is non-zero
+    np.testing.assert_allclose(prev, floor, rtol=1e-5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False), min_size=5, max_size=5),
+       st.integers(1, 10**9))
+def test_pipelined_jct_lies_between_longest_stage_and_barrier(times, n):
+    cct, mp, rd, sp, mg = times
+    got = float(jobs.pipelined_jct_s(cct, mp, rd, sp, mg, chunks=n))
+    assert max(mp, sp, cct, mg) + rd <= got <= float(jobs.jct_s(cct, mp, rd, sp, mg))
+    # and equals the pipeline formula sum/n + (n - 1) max/n, up to rounding
+    total, longest = mp + sp + cct + mg, max(mp, sp, cct, mg)
+    assert got == pytest.approx(total / n + (n - 1) * longest / n + rd, rel=1e-9, abs=1e-9)
+
+
+def test_pipelined_jct_rejects_bad_inputs():
+    ok = dict(cct_s=np.ones(2), map_s=np.ones(2), reduce_s=np.ones(2))
+    for bad in (0, -1, 1.0, 2.5, True, np.array([1, 0]), np.array([2.0, 3.0])):
+        with pytest.raises(ValueError, match="chunks"):
+            jobs.pipelined_jct_s(**ok, chunks=bad)
+    for name in ("cct_s", "map_s", "reduce_s", "spill_s", "merge_s"):
+        for v in (np.array([1.0, -0.5]), np.array([np.nan, 1.0]), np.array([1.0, np.inf]), -1.0):
+            with pytest.raises(ValueError, match=name):
+                jobs.pipelined_jct_s(**(ok | {name: v}), chunks=2)
+    with pytest.raises(ValueError, match="broadcast"):
+        jobs.pipelined_jct_s(**(ok | {"cct_s": np.ones(3)}))
+    with pytest.raises(ValueError, match="broadcast"):
+        jobs.pipelined_jct_s(**ok, chunks=np.array([1, 2, 3]))
+
+
+def test_payload_models_weight_mapper_classes_by_bytes(data_dir):
+    """per_mapper: a coflow's ratio is the byte-weighted mean of its mappers' class ratios and its speed their
+    byte-weighted harmonic mean; per_coflow: one class per coflow; both seeded; a single class is the table row."""
+    from mlsys_repro.papers.swallow.experiments import _mapper_bytes, codec_numbers
+    from mlsys_repro.papers.swallow.schemas import CoflowFabric
+
+    # coflow 1: one mapper; coflow 2: mappers 0 and 1, reducers 2 (8 MB) and 3 (4 MB): 6 MB per mapper
+    text = "4 2\n1 0 1 0 1 1:10\n2 50 2 0 1 2 2:8 3:4\n"
+    ft = build_flow_table(parse_coflow_text(text))
+    np.testing.assert_allclose(_mapper_bytes(ft), np.array([10.0, 6.0, 6.0]) * 2**20)
+    hw = CoflowFabric()
+    table = [codecs.load_codec(data_dir, "lz4", "measured", pl) for pl in codecs.PAYLOADS]
+    r_cls, s_cls = np.minimum([t[0] for t in table], 1.0), np.array([t[1] for t in table])
+    for seed in range(20):
+        r, s = codec_numbers(data_dir, hw, "lz4", ft, seed, "per_mapper")
+        r2, s2 = codec_numbers(data_dir, hw, "lz4", ft, seed, "per_mapper")
+        np.testing.assert_array_equal(r, r2)
+        np.testing.assert_array_equal(s, s2)
+        assert r.shape == s.shape == (2,)
+        assert r[0] in r_cls and s[0] in s_cls  # one mapper: one class, exactly
+        # two equal-byte mappers: the mean of two class ratios, the harmonic mean of two class speeds
+        pairs = [(a, b) for a in range(5) for b in range(5)]
+        assert any(np.isclose(r[1], (r_cls[a] + r_cls[b]) / 2) and np.isclose(s[1], 2 / (1 / s_cls[a] + 1 / s_cls[b]))
+                   for a, b in pairs)
+        rc, sc = codec_numbers(data_dir, hw, "lz4", ft, seed, "per_coflow")
+        assert all(x in r_cls for x in rc) and all(x in s_cls for x in sc)
+    seen = {tuple(codec_numbers(data_dir, hw, "lz4", ft, seed, "per_mapper")[0]) for seed in range(20)}
+    assert len(seen) > 5  # seeds draw different classes
+    r, s = codec_numbers(data_dir, hw, "lz4", ft, 0, "cpu_csv")
+    assert r.shape == (1,) and (r[0], s[0]) == (min(table[1][0], 1.0), table[1][1])
+    with pytest.raises(ValueError, match="flow table"):
+        codec_numbers(data_dir, hw, "lz4", None, 0, "per_mapper")
+
+
+def test_per_mapper_payloads_narrow_the_spread_of_a_wide_coflows_ratio(data_dir):
+    """A coflow with many mappers averages many draws: its ratio varies across seeds far less than one class per
+    coflow does (the reason the headline draws per mapper)."""
+    from mlsys_repro.papers.swallow.experiments import codec_numbers
+    from mlsys_repro.papers.swallow.schemas import CoflowFabric
+
+    mappers = " ".join(str(i) for i in range(40))
+    ft = build_flow_table(parse_coflow_text(f"41 1\n1 0 40 {mappers} 1 40:400\n"))
+    hw = CoflowFabric()
+    per_mapper = [codec_numbers(data_dir, hw, "lz4", ft, s, "per_mapper")[0][0] for s in range(40)]
+    per_coflow = [codec_numbers(data_dir, hw, "lz4", ft, s, "per_coflow")[0][0] for s in range(40)]
+    assert np.std(per_mapper) < 0.3 * np.std(per_coflow)
