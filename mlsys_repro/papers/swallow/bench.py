@@ -20,7 +20,7 @@ import numpy as np
 
 from mlsys_repro.common.repro.bench import bench_context, machine_line, time_it
 from mlsys_repro.papers.swallow import sim
-from mlsys_repro.papers.swallow.experiments import coflowsim_reference, flow_table
+from mlsys_repro.papers.swallow.data import coflowsim_reference, flow_table
 
 
 def main(argv: list[str] | None = None) -> None:

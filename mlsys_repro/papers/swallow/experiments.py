@@ -1,286 +1,38 @@
-"""Swallow experiments: coflowsim parity, the headline comparison, bandwidth and CPU sweeps, ablations, predictor.
-
-Times are in the simulator's clock: a simulated second is ``hardware.clock.second_ms`` ms (1024 ms under the
-coflowsim conventions); ``*_s`` metrics are simulated seconds. Every experiment builds its configurations and runs
-them through :func:`mlsys_repro.papers.swallow.sim.simulate_many` (one configuration per core on the full trace).
-"""
+"""Swallow experiments (rows and figures): coflowsim parity, the headline comparison, the JCT model, the bandwidth
+sweep, the bandwidth x cores regime map, ablations, the CPU-load predictor. Settings run through
+:mod:`mlsys_repro.papers.swallow.pipeline` (one configuration per core on the full trace)."""
 
 from __future__ import annotations
-
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from mlsys_repro.common.repro import RunContext, metric_rows
 from mlsys_repro.common.repro.plots import cdf, figure, lines_with_ci
-from mlsys_repro.common.traces import load_trace
-from mlsys_repro.papers.swallow import codecs, cpuload, jobs, sim
-from mlsys_repro.papers.swallow.flows import BIN_NAMES, Conventions, FlowTable, build_flow_table
+from mlsys_repro.papers.swallow import sim
+from mlsys_repro.papers.swallow.data import coflowsim_reference, cpu_trace, flow_table
+from mlsys_repro.papers.swallow.flows import FlowTable
+from mlsys_repro.papers.swallow.pipeline import (
+    Setting,
+    _deterministic,
+    cct_metrics,
+    jct_metrics,
+    parity_metrics,
+    predictors,
+    run_settings,
+    sim_params,
+    speedup_metrics,
+    traffic_metrics,
+)
 from mlsys_repro.papers.swallow.predictor import (
     CANDIDATES,
     GruConfig,
-    Trained,
     evaluate,
-    predict,
     select_on_validation,
     split_errors,
-    train_predictors,
 )
 from mlsys_repro.papers.swallow.schemas import (
-    RANDOM_PAYLOADS,
     ClockConfig,
-    CoflowFabric,
-    SwallowPolicy,
 )
-
-# ----------------------------------------------------------------------------------------------- setup
-
-
-def flow_table(ctx: RunContext, max_coflows: int | None) -> FlowTable:
-    """The trace's flow table under the hardware's clock conventions (built once per run, see ``ctx.cache``)."""
-    hw: CoflowFabric = ctx.hardware
-    if ctx.trace.loader != "coflow_benchmark":
-        load_trace(ctx.trace, ctx.data_dir)  # fails with the loader's message
-        raise ValueError(f"swallow needs a coflow_benchmark trace, got loader {ctx.trace.loader!r}")
-    path = Path(ctx.data_dir) / ctx.trace.files["trace"]
-    conv = Conventions(mb_bytes=hw.clock.mb_bytes, mb_round=hw.clock.mb_round)
-
-    def build() -> FlowTable:
-        from mlsys_repro.common.traces import load_coflow_trace
-
-        return build_flow_table(load_coflow_trace(path), conv, max_coflows)
-
-    return ctx.cache.get("swallow.flow_table", (path, conv, max_coflows), build)
-
-
-def static_for(hw: CoflowFabric, pol: SwallowPolicy) -> sim.Static:
-    c = hw.clock
-    return sim.Static(kind=pol.kind, second_ms=c.second_ms, quantum_ms=c.quantum_ms, epoch_ms=c.epoch_ms,
-                      cct_from=c.cct_from, zero=c.zero_bytes)
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One simulated configuration: policy, seed and the hardware knobs a sweep changes."""
-
-    policy: str
-    seed: int
-    port_gbps: float
-    cores: float
-    codec: str  # lz4 | snappy | zstd | lz4_readme
-    payload: str = ""  # payload model of the codec numbers ("": the hardware's codec_payload)
-
-
-def cpu_trace(ctx: RunContext, source: str) -> cpuload.CpuTrace:
-    """The hosts' CPU-load trace ``source`` (loaded once per run)."""
-    return ctx.cache.get("swallow.cpu_trace", (ctx.data_dir, source),
-                         lambda: cpuload.load_cpu_trace(str(ctx.data_dir), source))
-
-
-def predictors(ctx: RunContext, source: str, cfg: GruConfig, seeds: tuple[int, ...]) -> tuple[Trained, ...]:
-    """One trained CPU-load predictor per seed (trained once per run and configuration)."""
-    return ctx.cache.get("swallow.predictors", (ctx.data_dir, source, cfg, seeds),
-                         lambda: train_predictors(cpu_trace(ctx, source), cfg, seeds))
-
-
-def _cpu_window(ctx: RunContext, source: str, num_ports: int, length: int, history: int, seed: int):
-    return ctx.cache.get("swallow.cpu_window", (ctx.data_dir, source, num_ports, length, history, seed),
-                         lambda: cpuload.port_window(cpu_trace(ctx, source), num_ports, length, history, seed))
-
-
-def _predicted(ctx: RunContext, source: str, num_ports: int, length: int, seed: int, method: str,
-               cfg: GruConfig) -> np.ndarray:
-    """The scheduler's CPU-load forecast over a seed's window: ``method`` none | gru | ewma | last | oracle |
-    validated (the candidate picked on the validation split, see predictor.select_on_validation)."""
-
-    def build() -> np.ndarray:
-        hist, win = _cpu_window(ctx, source, num_ports, length, cfg.window, seed)
-        if method == "none":
-            return np.zeros_like(win)
-        (tr,) = predictors(ctx, source, cfg, (cfg.seed,))
-        m = select_on_validation(tr, cpu_trace(ctx, source)) if method == "validated" else method
-        return predict(m, tr, hist, win)
-
-    return ctx.cache.get("swallow.predicted", (ctx.data_dir, source, num_ports, length, seed, method, cfg), build)
-
-
-def _mapper_bytes(ft: FlowTable) -> np.ndarray:
-    """Raw bytes each (coflow, mapper port) entry of ``ft.map_cof``/``ft.map_port`` sends (float64 [Mtot])."""
-    key = ft.flow_cof.astype(np.int64) * ft.num_ports + ft.flow_src
-    uniq, inv = np.unique(key, return_inverse=True)
-    per_key = np.bincount(inv, weights=ft.flow_bytes, minlength=uniq.size)
-    mk = ft.map_cof.astype(np.int64) * ft.num_ports + ft.map_port
-    at = np.searchsorted(uniq, mk)
-    hit = (at < uniq.size) & (uniq[np.minimum(at, uniq.size - 1)] == mk)
-    return np.where(hit, per_key[np.minimum(at, uniq.size - 1)], 0.0)
-
-
-def codec_numbers(data_dir: Path, hw: CoflowFabric, codec: str, ft: FlowTable | None = None, seed: int = 0,
-                  payload: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``(ratio, compression bytes/s per core)``, each ``[1]`` (one payload for every coflow) or ``[num_coflows]``.
-
-    ``payload`` (default ``hw.codec_payload``) is a payload class of the measured table, ``mix``, or a random model
-    [ours], drawn from ``seed`` uniformly over the table's classes (text, CSV, float32, image bytes, JPEG):
-
-    * ``per_mapper``: each mapper's output is one class, drawn independently per (coflow, mapper port); a coflow's
-      ratio is the byte-weighted mean of its mappers' ratios and its speed the byte-weighted harmonic mean (exact
-      for its wire bytes and its total compression time). Large coflows mix many classes, so no single draw decides
-      a seed's traffic.
-    * ``per_coflow``: one class for the whole coflow (a sensitivity row: a few giant coflows decide a seed)."""
-    payload = payload or hw.codec_payload
-    if codec == "lz4_readme":
-        r, s, _ = codecs.load_codec(data_dir, "lz4", "lz4_readme")
-        return np.array([0.48]), np.array([s])  # the constant in the authors' simulator
-    if payload in RANDOM_PAYLOADS:
-        if ft is None:
-            raise ValueError(f"payload model {payload!r} needs the flow table")
-        table = [codecs.load_codec(data_dir, codec, hw.codec_source, pl) for pl in codecs.PAYLOADS]
-        r_cls = np.minimum(np.array([t[0] for t in table]), 1.0)
-        s_cls = np.array([t[1] for t in table])
-        rng = np.random.default_rng(np.random.SeedSequence([0x5A110, int(seed)]))
-        if payload == "per_coflow":
-            cls = rng.integers(0, len(table), ft.num_coflows)
-            return r_cls[cls], s_cls[cls]
-        cls = rng.integers(0, len(table), ft.map_cof.size)
-        w = _mapper_bytes(ft)
-        tot = np.bincount(ft.map_cof, weights=w, minlength=ft.num_coflows)
-        ratio = np.bincount(ft.map_cof, weights=w * r_cls[cls], minlength=ft.num_coflows)
-        secs = np.bincount(ft.map_cof, weights=w / s_cls[cls], minlength=ft.num_coflows)
-        empty = tot <= 0
-        tot = np.where(empty, 1.0, tot)
-        return (np.where(empty, r_cls.mean(), ratio / tot),
-                np.where(empty, 1.0 / np.mean(1.0 / s_cls), tot / np.where(empty, 1.0, secs)))
-    r, s, _ = codecs.load_codec(data_dir, codec, hw.codec_source, payload)
-    return np.array([min(r, 1.0)]), np.array([s])
-
-
-def sim_params(ctx: RunContext, ft: FlowTable, pol: SwallowPolicy, x: Setting) -> sim.Params:
-    """The simulator's inputs for one setting: link rate, the hosts' CPU series and forecast, codec numbers."""
-    hw: CoflowFabric = ctx.hardware
-    gru = GruConfig(steps=getattr(ctx.params, "gru_steps", GruConfig.steps))
-    P = ft.num_ports
-    hist, win = _cpu_window(ctx, hw.cpu_trace, P, hw.cpu_window, gru.window, x.seed)
-    free = 1.0 - win / 100.0
-    C = ft.num_coflows
-    kw = dict(ratio=np.ones(C), speed_Bps=np.zeros(C))  # one shape for every policy, so they batch together
-    if pol.compress != "none":
-        ratio, speed = codec_numbers(ctx.data_dir, hw, x.codec, ft, x.seed, x.payload or None)
-        pred = _predicted(ctx, hw.cpu_trace, P, hw.cpu_window, x.seed, pol.predictor, gru)
-        kw = dict(compress=pol.compress, ratio=np.broadcast_to(ratio, C), speed_Bps=np.broadcast_to(speed, C),
-                  cores=x.cores, cpu_pred=1.0 - pred / 100.0, pipelined=pol.pipelined)
-    starve = math.inf if pol.starvation_s is None else pol.starvation_s * hw.clock.second_ms
-    return sim.params(x.port_gbps * hw.clock.gbit, policy=pol.order, cpu_free=free, num_ports=P,
-                      cpu_step_ms=hw.cpu_sample_s * hw.clock.second_ms, starvation_ms=starve, **kw)
-
-
-def run_settings(ctx: RunContext, ft: FlowTable, settings: Sequence[Setting],
-                 policies: dict[str, SwallowPolicy] | None = None) -> list[sim.Result]:
-    """Simulate every setting (see :func:`sim.simulate_many`: one core per configuration on large traces)."""
-    policies = policies or ctx.policies
-    jobs = [(static_for(ctx.hardware, policies[x.policy]), sim_params(ctx, ft, policies[x.policy], x))
-            for x in settings]
-    ctx.progress.start(len(jobs), "simulations")
-    return sim.simulate_many(ft, jobs, log=ctx.progress.log, on_result=lambda i: ctx.progress.update(
-        1, f"{settings[i].policy} {settings[i].port_gbps:g} Gbps seed {settings[i].seed}"))
-
-
-# ----------------------------------------------------------------------------------------------- metrics
-
-
-def cct_metrics(ft: FlowTable, r: sim.Result) -> dict[str, tuple[float, str]]:
-    cct = r.cct_s
-    done = np.isfinite(cct)
-    if not done.all():
-        raise RuntimeError(f"{int((~done).sum())} coflows did not finish (simulation end reached)")
-    m = {"avg_cct_s": (float(cct.mean()), "s"), "p95_cct_s": (float(np.percentile(cct, 95)), "s"),
-         "p99_cct_s": (float(np.percentile(cct, 99)), "s"), "num_coflows": (float(done.sum()), "coflows"),
-         "makespan_s": (float(np.nanmax(r.finish_ms)) / r.second_ms, "s")}
-    for b, name in enumerate(BIN_NAMES):
-        sel = ft.cof_bin == b
-        if sel.any():
-            m[f"avg_cct_s_{name}"] = (float(cct[sel].mean()), "s")
-    return m
-
-
-def traffic_metrics(r: sim.Result) -> dict[str, tuple[float, str]]:
-    wire, raw = float(np.nansum(r.wire_bytes)), float(np.nansum(r.raw_bytes))
-    return {"wire_TB": (wire / 1e12, "TB"), "raw_TB": (raw / 1e12, "TB"),
-            "traffic_reduction_pct": (100.0 * (1.0 - wire / raw), "%")}
-
-
-def speedup_metrics(ours: sim.Result, base: sim.Result, prefix: str = "cct") -> dict[str, tuple[float, str]]:
-    """Ratio of averages and average of per-coflow ratios of the baseline's CCT over ours."""
-    a, b = ours.cct_s, base.cct_s
-    return {f"{prefix}_speedup_ratio_of_avgs": (float(b.mean() / a.mean()), "x"),
-            f"{prefix}_speedup_avg_of_ratios": (float(np.mean(b / a)), "x")}
-
-
-def wire_fraction(r: sim.Result) -> np.ndarray:
-    """Wire bytes over raw bytes per coflow (1 where nothing was compressed)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        w = np.asarray(r.wire_bytes, np.float64) / np.asarray(r.raw_bytes, np.float64)
-    return np.clip(np.where(np.isfinite(w), w, 1.0), 1e-12, 1.0)
-
-
-def jct_metrics(ft: FlowTable, ours: sim.Result, base: sim.Result | None, seed: int, kappa: float,
-                sigma: float, disk_MBps: float, chunks: int = 1) -> dict[str, tuple[float, str]]:
-    """Average JCT and its speed-up over ``base`` (jobs.py: compute + disk spill/merge + CCT, pipelined in
-    ``chunks`` pieces), and how the JCT gain compares with the CCT gain (``jct_over_cct_gain`` > 1: JCT gains more)."""
-    mp, rd = jobs.compute_stages_s(ft, seed, kappa, sigma)
-    disk = disk_MBps * 1e6
-
-    def jct(r: sim.Result) -> np.ndarray:
-        spill, merge = jobs.io_stages_s(ft, wire_fraction(r), disk)
-        return jobs.pipelined_jct_s(r.cct_s, mp, rd, spill, merge, chunks=chunks)
-
-    j = jct(ours)
-    m = {"avg_jct_s": (float(j.mean()), "s")}
-    if base is not None:
-        jb = jct(base)
-        gain = float(jb.mean() / j.mean())
-        m["jct_speedup_ratio_of_avgs"] = (gain, "x")
-        m["jct_speedup_avg_of_ratios"] = (float(np.mean(jb / j)), "x")
-        m["jct_over_cct_gain"] = (gain / float(base.cct_s.mean() / ours.cct_s.mean()), "x")
-    return m
-
-
-def _deterministic(pol: SwallowPolicy) -> bool:
-    """Policies whose schedule does not depend on the seed (no CPU load enters)."""
-    return pol.compress == "none"
-
-
-# ----------------------------------------------------------------------------------------------- experiments
-
-
-REFERENCE_CSV = "coflow/coflowsim_reference.csv"  # coflowsim's own per-coflow finish times (data/coflow/*.md)
-
-
-def coflowsim_reference(data_dir: str | Path, ft: FlowTable, bookkeeping: str = "upstream") -> dict[str, np.ndarray]:
-    """coflowsim's finish time (ms) per coflow of ``ft`` (arrival order), per policy, from the committed run of the
-    Java simulator on the same trace prefix (``bookkeeping``: ``upstream``, or ``consistent``: its one-line
-    receiver-bytes change, see data/coflow/coflowsim_reference.md); empty when no such run is on record."""
-    import pandas as pd
-
-    df = pd.read_csv(Path(data_dir) / REFERENCE_CSV)
-    df = df[(df.trace_prefix == ft.num_coflows) & (df.bookkeeping == bookkeeping)]
-    out = {}
-    for pol, g in df.groupby("scheduler"):
-        fin = g.set_index("coflow_id").finish_ms.reindex(ft.cof_id).to_numpy(np.float64)
-        if np.all(np.isfinite(fin)):
-            out[str(pol)] = fin
-    return out
-
-
-def parity_metrics(r: sim.Result, ref_finish_ms: np.ndarray, tag: str = "coflowsim") -> dict[str, tuple[float, str]]:
-    """How far our run is from coflowsim's on the same trace: relative difference of the average CCT (CCT from our
-    admission epoch, which is coflowsim's), and the share of coflows finishing in the same quantum."""
-    ref_cct = ref_finish_ms - r.start_ms
-    return {f"{tag}_avg_cct_s": (float(np.mean(ref_cct)) / r.second_ms, "s"),
-            f"rel_diff_vs_{tag}_pct": (100.0 * (np.mean(r.cct_ms) / np.mean(ref_cct) - 1.0), "%"),
-            f"same_finish_as_{tag}_pct": (100.0 * float(np.mean(r.finish_ms == ref_finish_ms)), "%")}
 
 
 def coflowsim_parity(ctx: RunContext):
@@ -313,6 +65,18 @@ def _jct(ctx: RunContext, ft: FlowTable, r: sim.Result, base: sim.Result | None,
     return jct_metrics(ft, r, base, seed, p.jct_median_kappa, p.jct_sigma, p.disk_MBps, p.jct_chunks)
 
 
+def _payload_policies(ctx: RunContext) -> dict[str, list[str]]:
+    """The policies run under each payload model: all under the first (the headline's), ``sensitivity_policies``
+    (default: all) under the others."""
+    p = ctx.params
+    later = list(ctx.policies) if p.sensitivity_policies is None else p.sensitivity_policies
+    unknown = [n for n in later if n not in ctx.policies]
+    if unknown:
+        raise ValueError(f"sensitivity_policies {unknown} are not among the experiment's policies {list(ctx.policies)}")
+    return {pl: list(ctx.policies) if i == 0 else [n for n in ctx.policies if n in later]
+            for i, pl in enumerate(p.payloads)}
+
+
 def headline(ctx: RunContext):
     """FVDF vs SEBF (and always-on compression, Aalo, Sincronia) at the hardware's port rate and cores: CCT, JCT,
     traffic, under each payload model of ``params.payloads`` (column ``payload``; policies that do not compress
@@ -321,9 +85,10 @@ def headline(ctx: RunContext):
     hw = ctx.hardware
     seeds = [int(s) for s in ctx.seeds()]
     settings, key = [], {}
+    runs = _payload_policies(ctx)
     for pl in ctx.params.payloads:
         for name, pol in ctx.policies.items():
-            if _deterministic(pol) and pl != ctx.params.payloads[0]:
+            if (_deterministic(pol) and pl != ctx.params.payloads[0]) or name not in runs[pl]:
                 continue
             for s in ([seeds[0]] if _deterministic(pol) else seeds):
                 key[(pl, name, s)] = len(settings)
@@ -337,7 +102,7 @@ def headline(ctx: RunContext):
 
     rows = []
     for pl in ctx.params.payloads:
-        for name in ctx.policies:
+        for name in runs[pl]:
             for s in seeds:
                 r = get(pl, name, s)
                 base = get(pl, "sebf", s) if "sebf" in ctx.policies else None

@@ -140,6 +140,7 @@ class HeadlineParams:
     max_coflows: int | None = None
     gru_steps: int = 1500  # training steps of the CPU-load predictor the scheduler uses
     payloads: list[str] = field(default_factory=lambda: ["per_mapper", "per_coflow"])  # the first is the headline's
+    sensitivity_policies: list[str] | None = None  # run under the other payload models (None: every policy)
     jct_median_kappa: float = 2.0
     jct_sigma: float = 0.5
     disk_MBps: float = 100.0  # per-host disk bandwidth of map spill and reduce merge (jobs.py)
@@ -191,7 +192,7 @@ class RegimeMapParams:
     max_coflows: int | None = None
     gru_steps: int = 1500  # training steps of the CPU-load predictor the scheduler uses
     bandwidth_gbps: list[float] = field(default_factory=lambda: [0.1, 0.3, 1.0, 3.0, 10.0])
-    cores_per_port: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0, 4.0, 8.0])
+    cores_per_port: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0, 8.0])
     contour: float = 1.47  # the speed-up drawn as a line on the map (the paper's CCT number)
 
     def __post_init__(self) -> None:

@@ -261,7 +261,7 @@ def test_pipelined_jct_rejects_bad_inputs():
 def test_payload_models_weight_mapper_classes_by_bytes(data_dir):
     """per_mapper: a coflow's ratio is the byte-weighted mean of its mappers' class ratios and its speed their
     byte-weighted harmonic mean; per_coflow: one class per coflow; both seeded; a single class is the table row."""
-    from mlsys_repro.papers.swallow.experiments import _mapper_bytes, codec_numbers
+    from mlsys_repro.papers.swallow.data import _mapper_bytes, codec_numbers
     from mlsys_repro.papers.swallow.schemas import CoflowFabric
 
     # coflow 1: one mapper; coflow 2: mappers 0 and 1, reducers 2 (8 MB) and 3 (4 MB): 6 MB per mapper
@@ -295,7 +295,7 @@ def test_payload_models_weight_mapper_classes_by_bytes(data_dir):
 def test_per_mapper_payloads_narrow_the_spread_of_a_wide_coflows_ratio(data_dir):
     """A coflow with many mappers averages many draws: its ratio varies across seeds far less than one class per
     coflow does (the reason the headline draws per mapper)."""
-    from mlsys_repro.papers.swallow.experiments import codec_numbers
+    from mlsys_repro.papers.swallow.data import codec_numbers
     from mlsys_repro.papers.swallow.schemas import CoflowFabric
 
     mappers = " ".join(str(i) for i in range(40))

@@ -11,8 +11,9 @@ import pytest
 
 from mlsys_repro.common.traces import load_coflow_trace
 from mlsys_repro.papers.swallow import sim
-from mlsys_repro.papers.swallow.experiments import coflowsim_reference, parity_metrics
+from mlsys_repro.papers.swallow.data import coflowsim_reference
 from mlsys_repro.papers.swallow.flows import Conventions, build_flow_table
+from mlsys_repro.papers.swallow.pipeline import parity_metrics
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 KIND = {"aalo": "dark", "fair": "fair"}
