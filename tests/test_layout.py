@@ -149,10 +149,10 @@ def layout_problems(modules: dict[str, str], paper: str, readme: str) -> list[st
 
 
 def test_layout_checker_on_a_hand_made_paper():
-    ok = {"schemas": "", "data": "from mlsys_repro.papers.toy import flows, schemas\n",
-          "flows": "from mlsys_repro.papers.toy.schemas import X\n", "sim": "from mlsys_repro.papers.toy import flows\n",
-          "pipeline": "from mlsys_repro.papers.toy.data import load\nfrom mlsys_repro.papers.toy import sim\n",
-          "experiments": "from mlsys_repro.papers.toy.pipeline import run\n", "bench": "import mlsys_repro.papers.toy.data\n"}
+    toy = "mlsys_repro.papers.toy"
+    ok = {"schemas": "", "data": f"from {toy} import flows, schemas\n", "flows": f"from {toy}.schemas import X\n",
+          "sim": f"from {toy} import flows\n", "pipeline": f"from {toy}.data import load\nfrom {toy} import sim\n",
+          "experiments": f"from {toy}.pipeline import run\n", "bench": f"import {toy}.data\n"}
     assert layout_problems(ok, "toy", "`flows.py`: the flow table") == []
     bad = {**ok, "sim": "from mlsys_repro.papers.toy.pipeline import run\n", "data": "import numpy\n",
            "extra": "from mlsys_repro.papers.toy.experiments import f\n"}

@@ -1,0 +1,1 @@
+"""The skeleton paper: a runnable template in the fixed paper layout (see templates/paper/README.md)."""
