@@ -92,3 +92,14 @@ def toy_conf(tmp_path: Path) -> Path:
                   num_seeds: 3
         """)
     return conf
+
+
+# Tests that each take a minute or more on the 2-core CI machine (end-to-end smoke runs, kill-and-resume,
+# installs), measured with `pytest --durations`. They are scheduled first, so that the two xdist workers end on
+# short tests instead of one worker idling while the other finishes a long one.
+LONG_FIRST = ("tests/test_configs.py::test_experiment_smoke_run", "tests/test_determinism.py", "tests/test_resume.py",
+              "tests/test_packaging.py", "tests/papers/maifs/")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    items.sort(key=lambda it: not it.nodeid.startswith(LONG_FIRST))  # stable: the order within each group is kept
