@@ -34,6 +34,10 @@ def fmt_seconds(s: float) -> str:
 class Progress:
     """Reports ``done/total`` of a unit of work with elapsed time and a linear ETA.
 
+    The ETA is measured from the first reported step on: the first step of a jitted program includes its
+    compilation (a 9-s job once predicted 1:32), so until a second step is done the ETA reads ``?`` and the line says
+    that the first step included compiling.
+
     ``label`` is set by the runner to ``paper/experiment``; experiments call :meth:`start` with the number of
     steps they will report and :meth:`update` after each. Lines are throttled to one per ``min_interval`` s and go
     to ``stream`` when one is given, else to the ``mlsys_repro`` logger at INFO.
@@ -52,17 +56,22 @@ class Progress:
         self.total, self.done, self.what = int(total), 0, what
         self.t0 = time.monotonic()
         self._last = 0.0
+        self._first: tuple[float, int] | None = None  # (time, steps done) at the first update
 
     def update(self, n: int = 1, note: str = "") -> None:
         self.done += n
         now = time.monotonic()
+        first = getattr(self, "_first", None)
+        if first is None:
+            self._first = first = (now, self.done)
         if now - self._last < self.min_interval and self.done < self.total:
             return
         self._last = now
         elapsed = now - self.t0
-        eta = elapsed / self.done * (self.total - self.done) if self.done else float("nan")
+        t1, d1 = first
+        eta = (now - t1) / (self.done - d1) * (self.total - self.done) if self.done > d1 else float("nan")
         pct = 100.0 * self.done / self.total if self.total else 100.0
-        eta_s = fmt_seconds(eta) if eta == eta else "?"
+        eta_s = fmt_seconds(eta) if eta == eta else ("0:00" if self.done >= self.total else "? (first step compiled)")
         msg = (
             f"  [{self.label}] {self.done}/{self.total} {getattr(self, 'what', 'steps')} ({pct:.0f}%)"
             f" elapsed {fmt_seconds(elapsed)} eta {eta_s}"
