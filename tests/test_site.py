@@ -3,20 +3,24 @@ the page loads without console errors and its filter works; the same for the com
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import os
 import re
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from mlsys_repro.common.repro.claims import evaluate, parse_claims
-from mlsys_repro.common.repro.site import experiment_figures, write_site
+from mlsys_repro.common.repro import forest
+from mlsys_repro.common.repro.claims import Verdict, evaluate, parse_claims
+from mlsys_repro.common.repro.site import _CSS, experiment_figures, write_site
 from tests.conftest import ROOT
 
 
@@ -126,9 +130,29 @@ def test_page_in_a_real_browser(site):
         assert len(shown) == 1 and "s1" in shown[0].text
         img = d.find_element(By.CSS_SELECTOR, "figure img")
         assert d.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", img)
+        _forest_one_click_away(d, "toy")
+        svg = d.find_element(By.CSS_SELECTOR, "#toy-forest svg.fp")  # one row per counted claim: not the check k1
+        assert [g.get_attribute("data-claim") for g in svg.find_elements(By.CSS_SELECTOR, "g.fp-row")] == ["h1", "s1"]
         assert not _console_errors(d)
     finally:
         d.quit()
+
+
+def _forest_one_click_away(d, paper):
+    """From the top of the page, one click on the paper's name in the first screen's counts table brings its forest
+    plot (open, laid out at the page's width) into view."""
+    from selenium.webdriver.common.by import By
+
+    d.set_window_size(1280, 900)
+    d.execute_script("window.scrollTo(0, 0)")
+    link = d.find_element(By.CSS_SELECTOR, f'#counts a[href="#{paper}"]')
+    assert d.execute_script("return arguments[0].getBoundingClientRect().bottom <= window.innerHeight", link)
+    link.click()
+    svg = d.find_element(By.CSS_SELECTOR, f"#{paper}-forest svg.fp")
+    assert svg.is_displayed() and d.find_element(By.ID, f"{paper}-forest").get_attribute("open") is not None
+    box = d.execute_script("var r = arguments[0].getBoundingClientRect(); return [r.top, r.width, r.height, "
+                           "window.innerHeight]", svg)
+    assert 0 <= box[0] < box[3] and box[1] > 600 and box[2] > 40, box
 
 
 def test_paper_vs_ours_lists_the_claims_with_a_paper_number(site):
@@ -138,6 +162,93 @@ def test_paper_vs_ours_lists_the_claims_with_a_paper_number(site):
     assert "<code>h1</code>" in table and "<td>2.000</td>" in table  # the paper's number beside ours
     assert "[1.800, 2.200]" in table  # the band (default tolerance 10 %) that counts as the paper's size
     assert "<code>s1</code>" not in table and "<code>k1</code>" not in table  # no paper number: not here
+
+
+def _forest_verdicts():
+    """A hand-made paper: a ratio with a paper value, a NOT_TESTED min_effect claim, a deterministic diff with a
+    paper value, a bound, a SKIPPED and a NOT_RUN counted claim, and a check and an extension (not counted)."""
+    base = {"source": "text", "experiment": "e", "metric": "m", "ours": "a", "baseline": "b", "regime": "toy"}
+    doc = [
+        {**base, "id": "r1", "class": "secondary", "kind": "ratio", "paper_value": 1.5},
+        {**base, "id": "p1", "class": "secondary", "kind": "pct_reduction", "min_effect": 2.0, "min_effect_why": "2 %"},
+        {**base, "id": "d1", "class": "secondary", "kind": "diff", "paper_value": 0.25, "deterministic": True},
+        {**base, "id": "b1", "class": "secondary", "kind": "bound", "paper_value": 1.0, "better": "higher",
+         "baseline": None},
+        {**base, "id": "sk", "class": "headline", "kind": "ratio", "paper_value": 2.0, "skip": "no testbed"},
+        {**base, "id": "nr", "class": "headline", "kind": "ratio", "min_effect": 1.05, "min_effect_why": "5 %"},
+        {**base, "id": "k1", "class": "check", "kind": "ratio", "deterministic": True},
+        {**base, "id": "x1", "class": "extension", "kind": "ratio", "min_effect": 1.05, "min_effect_why": "5 %"},
+    ]
+    c = {cl.id: cl for cl in parse_claims(doc)}
+    return [
+        Verdict("toy", c["r1"], "DIRECTION_ONLY", 2.0, 1.8, 2.2, 5),
+        Verdict("toy", c["p1"], "NOT_TESTED", 5.0, -1.0, 11.0, 5, ungated="INCONCLUSIVE"),
+        Verdict("toy", c["d1"], "REPRODUCED", 0.26, 0.26, 0.26, 1, point=True),
+        Verdict("toy", c["b1"], "NOT_REPRODUCED", 0.7, 0.67, 0.72, 5),
+        Verdict("toy", c["sk"], "SKIPPED", note="no testbed"),
+        Verdict("toy", c["nr"], "NOT_RUN"),
+        Verdict("toy", c["k1"], "REPRODUCED", 1.0, 1.0, 1.0, 1, point=True),
+        Verdict("toy", c["x1"], "REPRODUCED", 1.2, 1.1, 1.3, 5),
+    ]
+
+
+def test_forest_plot_of_the_counted_claims():
+    vs = _forest_verdicts()
+    svg = forest.forest_svg(vs, "toy")
+    root = ET.fromstring(svg)  # well-formed: it is inline SVG in an HTML page
+    rows = {g.get("data-claim"): g for g in root.iter("g") if g.get("class") == "fp-row"}
+    # one row per counted claim with a measured effect, in order; SKIPPED / NOT_RUN / uncounted: no row
+    assert list(rows) == ["r1", "p1", "d1", "b1"]
+
+    def one(g, cls):
+        found = [e for e in g.iter() if cls in (e.get("class") or "").split()]
+        assert len(found) <= 1
+        return found[0] if found else None
+
+    # the paper's band exactly where the claim has a paper value (a bound: the side that satisfies it)
+    assert {k for k, g in rows.items() if one(g, "fp-band") is not None} == {"r1", "d1", "b1"}
+    assert one(rows["p1"], "fp-min") is not None and one(rows["r1"], "fp-min") is None  # min_effect: dashed line
+    # the reference line at the same x in every row, and at the x where that row's scale puts no effect (1 for a
+    # ratio, on its log scale; 0 for a percentage) or the bound
+    for g in rows.values():
+        assert float(one(g, "fp-null").get("x1")) == pytest.approx(forest.X0)
+    assert [rows[k].get("data-ref") for k in rows] == ["1", "0", "0", "1"]
+    assert rows["r1"].get("data-scale") == "log" and rows["p1"].get("data-scale") == "linear"
+
+    def where(g, value, lo, hi, t=lambda x: x):  # the x of ``value`` interpolated from the CI bar's ends
+        ci = one(g, "fp-ci")
+        x1, x2 = float(ci.get("x1")), float(ci.get("x2"))
+        return x1 + (t(value) - t(lo)) / (t(hi) - t(lo)) * (x2 - x1)
+
+    assert where(rows["r1"], 1.0, 1.8, 2.2, math.log) == pytest.approx(forest.X0, abs=0.3)
+    assert where(rows["p1"], 0.0, -1.0, 11.0) == pytest.approx(forest.X0, abs=0.3)
+    assert where(rows["p1"], 2.0, -1.0, 11.0) == pytest.approx(float(one(rows["p1"], "fp-min").get("x1")), abs=0.3)
+    band = one(rows["r1"], "fp-band")  # [1.35, 1.65] around the paper's 1.5 (default tolerance 10 %)
+    bx, bw = float(band.get("x")), float(band.get("width"))
+    assert bx == pytest.approx(where(rows["r1"], 1.35, 1.8, 2.2, math.log), abs=0.3)
+    assert bx + bw == pytest.approx(where(rows["r1"], 1.65, 1.8, 2.2, math.log), abs=0.3)
+    bound = one(rows["b1"], "fp-band")  # "at or above 1": from the bound to the row's right end
+    assert float(bound.get("x")) == pytest.approx(forest.X0)
+    assert float(bound.get("x")) + float(bound.get("width")) == pytest.approx(forest.RIGHT)
+    # NOT_TESTED: a hollow marker and its label, with the ungated verdict
+    mean = one(rows["p1"], "fp-mean")
+    assert "fp-hollow" in mean.get("class") and mean.get("fill") == "#fff"
+    texts = ["".join(t.itertext()) for t in rows["p1"].iter("text")]
+    assert "NOT_TESTED" in texts and "ungated: INCONCLUSIVE" in texts
+    assert all("fp-hollow" not in one(rows[k], "fp-mean").get("class") for k in ("r1", "d1", "b1"))
+    # the other markers in the page's verdict colours; a deterministic point has no CI bar
+    assert one(rows["r1"], "fp-mean").get("fill") == forest.VERDICT_COLOURS["DIRECTION_ONLY"]
+    assert ".DIRECTION_ONLY{background:#fde9b0}" in _CSS and forest.VERDICT_COLOURS["DIRECTION_ONLY"] == "#fde9b0"
+    assert one(rows["d1"], "fp-ci") is None and "fp-point" in one(rows["d1"], "fp-mean").get("class")
+    # SKIPPED / NOT_RUN listed by name under the plot, not drawn; uncounted claims neither
+    page = forest.forest_html(vs, "toy")
+    assert page.startswith('<details class="forest" id="toy-forest" open>')
+    assert re.findall(r'class="fp-unplotted" data-claim="(\w+)"', page) == ["sk", "nr"]
+    assert 'data-claim="k1"' not in page and 'data-claim="x1"' not in page
+    assert "http://" not in page and "https://" not in page  # no xmlns either: nothing that looks fetched
+    # the same verdicts give the same bytes (the committed page is compared byte for byte with a rebuild)
+    assert forest.forest_html(copy.deepcopy(vs), "toy") == page
+    assert forest.forest_html([], "toy").count("fp-row") == 0
 
 
 def test_figures_come_from_the_manifest_else_from_names(tmp_path):
@@ -196,6 +307,19 @@ def test_committed_page_in_a_real_browser():
         broken = d.execute_script("return Array.from(document.images).filter(i => !(i.naturalWidth > 0))"
                                   ".map(i => i.getAttribute('src'))")
         assert d.execute_script("return document.images.length") > 0 and not broken, broken
+        # every paper section has its forest plot: one row per counted claim with a measured effect, the rest listed
+        for p in sorted(papers):
+            want = sorted(d.execute_script(
+                "return Array.from(document.querySelectorAll('#claims tbody tr')).filter(r => r.dataset.paper === "
+                "arguments[0] && ['headline', 'secondary'].includes(r.dataset.cls)).map(r => r.querySelector("
+                "'code').textContent)", p))
+            drawn = d.execute_script("return Array.from(document.querySelectorAll('#' + arguments[0] + '-forest "
+                                     "g.fp-row')).map(g => g.dataset.claim)", p)
+            listed = d.execute_script("return Array.from(document.querySelectorAll('#' + arguments[0] + '-forest "
+                                      ".fp-unplotted')).map(s => s.dataset.claim)", p)
+            assert sorted(drawn + listed) == want, p
+            assert not drawn or d.find_element(By.CSS_SELECTOR, f"#{p}-forest svg.fp").is_displayed(), p
+        _forest_one_click_away(d, paper)
         assert not _console_errors(d)
     finally:
         d.quit()

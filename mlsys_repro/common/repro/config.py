@@ -24,7 +24,7 @@ import copy
 import dataclasses
 import functools
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,11 +126,14 @@ class RunSpec:
         return f"{self.experiment.paper}/{self.experiment.name}" if self.experiment is not None else "-"
 
 
-def compose_run(overrides: Sequence[str] = (), conf_dir: Path | str | None = None) -> RunSpec:
+def compose_run(overrides: Sequence[str] = (), conf_dir: Path | str | None = None,
+                schemas: Collection[str] | None = None) -> RunSpec:
     """Compose ``conf/config.yaml`` with ``overrides`` once, validate every group and resolve the experiment into a
-    :class:`RunSpec` (raises ConfigError)."""
+    :class:`RunSpec` (raises ConfigError). ``schemas``: the papers whose schemas to register first (default: those
+    the overrides name, every paper when they name none); ``()`` for a config that needs no paper's dataclasses
+    (paths, profile, a paper's ``conf/paper/<key>.yaml``), so that composing it imports no paper's code."""
     conf_dir = Path(conf_dir) if conf_dir else CONF_DIR
-    register_paper_schemas(conf_dir, papers_selected(overrides))
+    register_paper_schemas(conf_dir, papers_selected(overrides) if schemas is None else set(schemas))
     try:
         with _hydra(conf_dir):
             cfg = hydra_compose("config", overrides=list(overrides))
@@ -144,9 +147,10 @@ def compose_run(overrides: Sequence[str] = (), conf_dir: Path | str | None = Non
     return validate(cfg)
 
 
-def compose(overrides: Sequence[str] = (), conf_dir: Path | str | None = None) -> DictConfig:
+def compose(overrides: Sequence[str] = (), conf_dir: Path | str | None = None,
+            schemas: Collection[str] | None = None) -> DictConfig:
     """The validated config of :func:`compose_run` (for code that needs the config only)."""
-    return compose_run(overrides, conf_dir).cfg
+    return compose_run(overrides, conf_dir, schemas).cfg
 
 
 def _group_choice(overrides: Sequence[str], group: str) -> str | None:

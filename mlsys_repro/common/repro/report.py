@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mlsys_repro.common.repro.config import compose
 
     try:
-        results_dir = Path(args.results_dir or compose([], conf_dir=args.conf_dir).paths.results_dir)
+        results_dir = Path(args.results_dir or compose([], conf_dir=args.conf_dir, schemas=()).paths.results_dir)
         verdicts = check(args.papers or None, results_dir, args.conf_dir, quiet=True, profile=args.profile)
     except (ClaimsSchemaError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)

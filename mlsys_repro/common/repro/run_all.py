@@ -195,7 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(args) -> int:
 
-    base = compose([o for o in args.override if o.startswith("paths.")], conf_dir=args.conf_dir)
+    # paths only: no paper's schemas (listing, status and runs compose each paper's own)
+    base = compose([o for o in args.override if o.startswith("paths.")], conf_dir=args.conf_dir, schemas=())
     known = papers_in_conf(base.paths.conf_dir)
     papers = args.papers or known
     bad = [p for p in papers if p not in known]

@@ -6,8 +6,9 @@ dropped cells, revisions made after results were seen with the verdict before, f
 class and verdict; then one section per paper with, for each experiment, the claims it
 decides, its figures (linked relatively, so the page works from a fresh clone or a copied ``results/`` folder), the
 exact command that regenerates it, its CSV and its provenance (commit, profile, seeds, code fingerprint, date,
-wall time: the experiment's manifest); each paper section opens with a "paper vs ours" table of the claims for
-which the paper gives a number. Written by ``python -m mlsys_repro.common.repro.report`` (=
+wall time: the experiment's manifest); each paper section opens with a forest plot of its counted claims (inline SVG,
+:mod:`mlsys_repro.common.repro.forest`; the paper's name in the first screen links to it), then a "paper vs ours"
+table of the claims for which the paper gives a number. Written by ``python -m mlsys_repro.common.repro.report`` (=
 ``python -m mlsys_repro.common.repro.claims``) and ``./reproduce.sh``.
 
 An experiment's figures are the ones its manifest lists (``figures``, recorded by the runner), else the files
@@ -25,6 +26,7 @@ from pathlib import Path
 from mlsys_repro.common.repro.claims.evaluate import VERDICTS, Verdict, _fmt
 from mlsys_repro.common.repro.claims.report import VERDICT_MEANING, counts
 from mlsys_repro.common.repro.claims.schema import CLASSES, COUNTED
+from mlsys_repro.common.repro.forest import VERDICT_COLOURS, forest_html
 from mlsys_repro.common.repro.results import atomic_write_bytes
 
 _CSS = """
@@ -32,11 +34,14 @@ body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padd
 table{border-collapse:collapse;width:100%;margin:.6em 0}th,td{border:1px solid #ccc;padding:3px 6px;
 vertical-align:top;text-align:left}th{background:#f2f2f2}code{font-size:12px}
 .badge{font-weight:600;padding:1px 6px;border-radius:3px;white-space:nowrap}
-.REPRODUCED,.PASS{background:#c8f0c8}.DIRECTION_ONLY{background:#fde9b0}.NOT_REPRODUCED,.FAIL{background:#f6c6c6}
-.INCONCLUSIVE{background:#dcdcf4}.NOT_TESTED{background:#e8d4f0}.SKIPPED{background:#e6e6e6}.stale,.missing,.incomplete{color:#a40}
+.stale,.missing,.incomplete{color:#a40}
 figure{display:inline-block;margin:.4em}figure img{max-width:540px;border:1px solid #ddd}
 .controls label{margin-right:1.2em}.muted{color:#666}caption{text-align:left;font-weight:600;padding:2px 0}
-"""
+details.forest{margin:.6em 0}details.forest summary{cursor:pointer;font-weight:600}.forest p{font-size:12px}
+svg.fp{display:block;width:100%;max-width:1150px;height:auto;margin:.3em 0}
+""" + "".join(  # the verdict colours, shared with the forest plots' markers and badges
+    f"{','.join('.' + k for k, c in VERDICT_COLOURS.items() if c == colour)}{{background:{colour}}}"
+    for colour in dict.fromkeys(VERDICT_COLOURS.values())) + "\n"
 
 _JS = """
 function applyFilter(){
@@ -193,7 +198,9 @@ def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
             f"</title><style>{_CSS}</style><script>{_JS}</script></head><body>")
     out = [head, "<h1>Claims vs measured results</h1>", *_counts_table(all_verdicts),
            f"<p>{_e(VERDICT_MEANING)}</p>",
-           "<p class=\"muted\">Every row links to its experiment below: figures, the command that regenerates it, "
+           "<p class=\"muted\">Each paper's name links to its section, which opens with a forest plot of its counted "
+           "claims (the measured effect and its CI against the paper's band and no effect). "
+           "Every row links to its experiment below: figures, the command that regenerates it, "
            "its CSV and where its numbers came from. Measured: mean [95 % CI] over seeds (Bonferroni for "
            "\"up to\" claims, level shown; their band test uses the plain 95 % CI). Ungated: the verdict over every "
            "cell, where failed gates dropped some. Revised: changes made after results were seen, with the verdict "
@@ -220,6 +227,7 @@ def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
         rd = (f'<a href="../mlsys_repro/papers/{_e(paper)}/README.md">mlsys_repro/papers/{_e(paper)}/README.md</a>'
               if readme and readme.is_file() else f"<code>mlsys_repro/papers/{_e(paper)}/README.md</code>")
         out.append(f"<p>All claims with notes: {md}; the paper's tables next to ours, with the setup: {rd}.</p>")
+        out.append(forest_html(vs, paper))
         out += _paper_vs_ours(vs)
         exps = list(dict.fromkeys([v.claim.experiment for v in vs] + sorted(freshness.get(paper, {}))))
         for exp in exps:

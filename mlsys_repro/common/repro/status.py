@@ -19,6 +19,7 @@ from mlsys_repro.common.repro.freshness import (
     data_changed_since,
     data_fingerprint,
     data_paths,
+    read_manifest,
     status,
 )
 
@@ -55,3 +56,18 @@ def paper_status(paper: str, results_dir: Path, profile: str = "default",
     """``{experiment: Freshness}`` for every experiment of ``paper``."""
     return {e: experiment_status(paper, e, results_dir, profile, conf_dir=conf_dir)
             for e in experiments_of(paper, conf_dir)}
+
+
+def recorded_status(paper: str, results_dir: Path, root: Path | str, module: str, profile: str = "default",
+                    conf_dir: Path | None = None) -> dict[str, Freshness]:
+    """``{experiment: Freshness}`` for every experiment of ``paper`` judged without importing its code or composing
+    its config (for a paper that a check of other papers only shows): missing, incomplete, profile, a dirty tree and
+    the code fingerprint (its sources are read, not imported) as :func:`paper_status` judges them; its config and
+    data are taken as each run's manifest records them (only a check of that paper composes them)."""
+    code, _ = code_fingerprint(root, module)
+    out = {}
+    for e in experiments_of(paper, conf_dir):
+        csv = Path(results_dir) / paper / f"{e}.csv"
+        recorded = (read_manifest(csv) or {}).get("config_hash")
+        out[e] = status(csv, config_hash=str(recorded), code_hash=code, profile=profile)
+    return out

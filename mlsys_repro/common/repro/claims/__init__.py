@@ -75,13 +75,16 @@ def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, 
           quiet: bool = False, profile: str = "default") -> dict[str, list[Verdict]]:
     """Check the claims of ``papers`` (default: every paper), write their claims.md/csv, and the summary and page of
     the papers checked plus every other paper with results in ``results_dir``. Freshness is judged against
-    ``profile``'s runs."""
-    import importlib
+    ``profile``'s runs.
 
+    Only the papers asked for are imported (their schemas, package and experiments, to compose their runs): another
+    paper with results in ``results_dir`` is shown on the summary and the page from its claims file and result files
+    alone (the verdicts are the same; its freshness is judged without its code: see
+    :func:`mlsys_repro.common.repro.status.recorded_status`), and its claims.md / claims.csv are left as they are."""
     from mlsys_repro.common.repro.config import compose, papers_in_conf
-    from mlsys_repro.common.repro.status import paper_status
+    from mlsys_repro.common.repro.status import paper_status, recorded_status
 
-    cfg = compose([], conf_dir=conf_dir)
+    cfg = compose([], conf_dir=conf_dir, schemas=())  # paths only: no paper's schemas
     results_dir = Path(results_dir or cfg.paths.results_dir)
     available = papers_in_conf(cfg.paths.conf_dir)
     wanted = list(papers) if papers else ([p for p in available if (results_dir / p).is_dir()] or available)
@@ -97,8 +100,9 @@ def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, 
     # of that paper, not SKIPPED rows for the others (and checking it composes no other paper)
     scope = [p for p in available if p in wanted or (results_dir / p).is_dir()]
     for paper in scope:
-        pcfg = compose([f"paper={paper}"], conf_dir=conf_dir).paper
-        path = Path(importlib.import_module(pcfg.module).__file__).parent / pcfg.claims
+        asked = paper in wanted
+        pcfg = compose([f"paper={paper}"], conf_dir=conf_dir, schemas=None if asked else ()).paper
+        path = package_dir(pcfg.module, load=asked) / pcfg.claims
         if not path.exists():
             continue
         try:
@@ -107,13 +111,14 @@ def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, 
             broken.append(f"{paper}: {e}")
             continue
         titles[paper] = str(pcfg.title)
-        states = paper_status(paper, results_dir, profile, conf_dir)
+        states = (paper_status(paper, results_dir, profile, conf_dir) if asked
+                  else recorded_status(paper, results_dir, cfg.paths.root, pcfg.module, profile, conf_dir))
         fresh[paper] = {e: f.line() for e, f in states.items()}
         for v in everything[paper]:
             st = states.get(v.claim.experiment)
             if st is not None and st.state == "incomplete" and v.verdict != "SKIPPED":
                 _mark_damaged(v, st.line())
-        if paper in wanted:
+        if asked:
             write_paper_report(paper, pcfg.title, everything[paper], results_dir, fresh[paper], args)
             if not quiet:
                 for v in everything[paper]:
@@ -125,6 +130,20 @@ def check(papers: Sequence[str] | None = None, results_dir: Path | None = None, 
     if broken:
         raise ClaimsSchemaError("malformed claims files (the other papers were checked):\n  " + "\n  ".join(broken))
     return everything
+
+
+def package_dir(module: str, load: bool = True) -> Path:
+    """The folder of the package ``module`` (a paper's: its claims file lives there); ``load=False`` finds it without
+    running the package (its parents are imported: ``mlsys_repro.papers``, no paper)."""
+    import importlib
+    import importlib.util
+
+    if load:
+        return Path(importlib.import_module(module).__file__).parent
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+    return Path(spec.origin).parent
 
 
 def _mark_damaged(v: Verdict, why: str) -> None:
