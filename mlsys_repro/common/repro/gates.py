@@ -43,6 +43,8 @@ GATES: dict[str, Gate] = {
     "beats_trivial": Gate("learned", LEARNED + "; the prior is last value, the forecaster's initialisation"),
     "beats_trivial_on_train": Gate("learned", LEARNED + "; the prior is the best heuristic on the training year"),
     "beats_untrained": Gate("learned", LEARNED + "; the prior is the same network at its initial parameters"),
+    "beats_prior": Gate("learned", LEARNED + "; the prior is the warm start: the network at its initial parameters, "
+                                             "which carry a heuristic's policy"),
     "baseline_reached": Gate("reached", REACHED),
     "arms_differ": Gate("acts", ACTS),
 }

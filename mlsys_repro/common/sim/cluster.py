@@ -353,10 +353,15 @@ class SimConfig:
     num_slots: int = 0  # C; 0 = one slot per job (exact arrival-order tie-breaks)
     admit_per_round: int = 256
     max_rounds: int = 200_000
+    # checkpoint-restore cost of a preemption (s of fair-share work added to a job stopped at a round's schedule
+    # and not restarted in it; a job stopped and restarted within the round moves nothing and pays nothing)
+    restore_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.round_s <= 0:
             raise ValueError("round_s must be > 0")
+        if self.restore_s < 0:
+            raise ValueError("restore_s must be >= 0")
         if self.num_slots < 0 or self.admit_per_round < 1 or self.max_rounds < 1:
             raise ValueError("num_slots >= 0, admit_per_round >= 1, max_rounds >= 1")
 
@@ -457,6 +462,14 @@ def preempt(state: SimState, slot_mask: jax.Array) -> SimState:
         wait_since=jnp.where(hit, state.t, state.wait_since))
 
 
+def charge_restore(state: SimState, stopped: jax.Array, restore_s: float) -> SimState:
+    """Count the net preemptions ``stopped`` (slots running before a round's schedule and pending after it) and
+    charge each ``restore_s`` seconds of work: the checkpoint-restore it pays when it runs again."""
+    return state._replace(
+        remaining=state.remaining + jnp.where(stopped, restore_s, 0.0),
+        stats=state.stats._replace(preemptions=state.stats.preemptions + stopped.sum().astype(jnp.int32)))
+
+
 def advance(cl: Cluster, sm: SpeedModel, state: SimState, jobs: JobTable, round_s: float) -> SimState:
     """Run every running slot for one round at its current speed, complete and release finished jobs."""
     c = state.status.shape[0]
@@ -527,8 +540,7 @@ def sim_round(cl: Cluster, sm: SpeedModel, jobs: JobTable, cfg: SimConfig, sched
     was_running = state.status == RUNNING
     state = schedule(state)
     stopped = was_running & (state.status == PENDING)
-    state = state._replace(stats=state.stats._replace(
-        preemptions=state.stats.preemptions + stopped.sum().astype(jnp.int32)))
+    state = charge_restore(state, stopped, cfg.restore_s)
     c = state.status.shape[0]
     speed = jnp.where(state.status == RUNNING,
                       job_speed(sm, slot_attr(state, jobs, "model"), job_usage(state.occ, c)), 0.0)
@@ -624,8 +636,8 @@ def summarize(cl: Cluster, jobs: JobTable, state: SimState) -> SimResult:
 __all__ = [
     "ABSENT", "EMPTY", "FREE", "PENDING", "RUNNING", "Cluster", "ClusterSpec", "JobTable", "JobUsage",
     "Occupancy", "SimConfig", "SimResult", "SimState", "SimStats", "SpeedModel", "admit", "advance", "assign",
-    "empty_occupancy", "fill_plan", "float_key", "gpus_that_fit", "init_state", "int_key", "is_done", "job_speed",
-    "job_usage", "jump_idle", "make_jobs", "overcommit", "pack_keys", "place", "preempt", "prio_bits",
-    "priority_order", "profile_tput", "release", "rounds_until_event", "server_free", "server_used", "sim_round",
-    "simulate", "slot_attr", "slot_bits", "speed_model", "summarize", "top_up",
+    "charge_restore", "empty_occupancy", "fill_plan", "float_key", "gpus_that_fit", "init_state", "int_key",
+    "is_done", "job_speed", "job_usage", "jump_idle", "make_jobs", "overcommit", "pack_keys", "place", "preempt",
+    "prio_bits", "priority_order", "profile_tput", "release", "rounds_until_event", "server_free", "server_used",
+    "sim_round", "simulate", "slot_attr", "slot_bits", "speed_model", "summarize", "top_up",
 ]

@@ -49,6 +49,7 @@ from mlsys_repro.common.sim.cluster import (
     SpeedModel,
     admit,
     advance,
+    charge_restore,
     fill_plan,
     gpus_that_fit,
     init_state,
@@ -67,6 +68,8 @@ from mlsys_repro.papers.maifs.baselines import ModelDemand, best_demand
 
 LEVELS = ("minimal", "fair", "mid", "best")
 JOB_FEATURES = 16
+PRIV_FEATURES = 5  # critic-only inputs (MaifsEnv.privileged)
+GPUS_FEATURE, REMAINING_FEATURE, WIDE_FEATURE = 1, 2, 12  # job features: GPUs / 8, log1p(remaining h), wide
 RUNNING_FEATURE = 14  # index of the "this entry is a running job (release option)" job feature
 
 
@@ -85,6 +88,7 @@ class EnvConfig:
     num_short: int  # candidate entries chosen by shortest remaining work (the rest: oldest pending)
     num_running: int  # R running jobs per agent whose lease it may release (0 = non-preemptive agents)
     conflict_blocks: bool  # a failed pick blocks the agent until the next round
+    restore_s: float  # checkpoint-restore cost of a net preemption (s of work), charged as in the heuristics' sim
     max_rounds: int = 50_000  # safety cap on an episode's rounds (not an experiment knob)
 
     def __post_init__(self) -> None:
@@ -92,8 +96,8 @@ class EnvConfig:
             raise ValueError("num_agents, num_candidates and max_substeps must be >= 1")
         if not 0 <= self.num_short <= self.num_candidates or self.num_running < 0:
             raise ValueError("need 0 <= num_short <= num_candidates and num_running >= 0")
-        if self.round_s <= 0 or self.reward_scale <= 0 or self.makespan_weight < 0:
-            raise ValueError("round_s and reward_scale must be > 0, makespan_weight >= 0")
+        if self.round_s <= 0 or self.reward_scale <= 0 or self.makespan_weight < 0 or self.restore_s < 0:
+            raise ValueError("round_s and reward_scale must be > 0, makespan_weight and restore_s >= 0")
 
 
 class EnvState(NamedTuple):
@@ -106,6 +110,7 @@ class EnvState(NamedTuple):
     blocked: jax.Array  # [A] bool: the agent's pick failed this round; it waits for the next round
     releases: jax.Array  # leases released (preemptions) this episode
     steps: jax.Array  # decision sub-steps taken this episode (the cost of simulating it)
+    was_running: jax.Array  # [C] bool: running when the round's decisions began (net preemptions pay restore_s)
 
 
 class MaifsEnv(MultiAgentEnv):
@@ -126,7 +131,7 @@ class MaifsEnv(MultiAgentEnv):
         self.group = jnp.arange(s)[None, :] // per == jnp.arange(cfg.num_agents)[:, None]  # [A, S]
         self.group_gpus = (self.group * cluster.cap[None, :, 0]).sum(1)  # [A]
         self.num_windows = int(windows.arrival.shape[0])
-        self.sim_cfg = SimConfig(round_s=cfg.round_s)
+        self.sim_cfg = SimConfig(round_s=cfg.round_s, restore_s=cfg.restore_s)
 
     # ------------------------------------------------------------------------------------------ helpers
 
@@ -272,8 +277,32 @@ class MaifsEnv(MultiAgentEnv):
         fair0 = self.cl.fair_per_gpu[0]
         level_f = jnp.concatenate([sp[..., None], lv[:, :, :, 0, :] / fair0], -1) * ok[..., None, None]
         level_mask = jnp.ones((a, len(LEVELS)), bool)
+        kfit = gpus_that_fit(free, jnp.full(free.shape[0], self.sm.cpu_levels[0]),
+                             jnp.full(free.shape[0], self.sm.mem_levels[0]))  # [S] GPUs placeable at minimal
+        cap = jnp.stack([(self.group * kfit[None]).sum(1), jnp.broadcast_to(kfit.sum(), (a,))], -1).astype(
+            jnp.float32)  # [A, 2]: placeable GPUs in the agent's group and in the cluster (sequential masks)
+        priv = self.privileged(state)
         return {ag: {"self": self_f[i], "glob": glob, "jobs": jobs_f[i], "levels": level_f[i], "mask": mask[i],
-                     "level_mask": level_mask[i]} for i, ag in enumerate(self.agents)}
+                     "level_mask": level_mask[i], "cap": cap[i], "priv": priv} for i, ag in enumerate(self.agents)}
+
+    def privileged(self, state: EnvState) -> jax.Array:
+        """``[PRIV_FEATURES]`` inputs only the centralised critic reads (training-time information an agent does
+        not have, for an input-dependent value): the share of the window's jobs still to arrive, their fair-share
+        GPU-hours, the pending GPU-hours, the time since the first arrival and the window's offered load."""
+        sim, jobs = state.sim, state.jobs
+        n = jobs.arrival.shape[0]
+        real = jnp.arange(n) < jobs.num_jobs
+        future = real & (jnp.arange(n) >= sim.next_job)
+        gpu_h = jobs.work * jobs.gpus / 3600.0
+        pend = sim.status == PENDING
+        pend_h = jnp.where(pend, sim.remaining * jobs.gpus[jnp.clip(sim.slot_job, 0, n - 1)], 0.0).sum() / 3600.0
+        first = jobs.arrival[0]
+        last = jnp.max(jnp.where(real, jobs.arrival, first))
+        span_h = jnp.maximum(last - first, 3600.0) / 3600.0
+        load = jnp.where(real, gpu_h, 0.0).sum() / (span_h * self.cl.cap[:, 0].sum())
+        return jnp.stack([future.sum() / jnp.maximum(jobs.num_jobs, 1),
+                          jnp.log1p(jnp.where(future, gpu_h, 0.0).sum()) / 5, jnp.log1p(pend_h) / 5,
+                          jnp.log1p(jnp.maximum(sim.t - first, 0.0) / 3600.0) / 3, load]).astype(jnp.float32)
 
     def get_avail_actions(self, state: EnvState) -> dict:
         obs = self.get_obs(state)
@@ -291,7 +320,7 @@ class MaifsEnv(MultiAgentEnv):
         sim = admit(sim, jobs, self.sim_cfg)  # the window's first arrivals
         st = EnvState(sim, jobs, jnp.ones(c, jnp.int32), jnp.zeros((), jnp.int32),
                       jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros(self.cfg.num_agents, bool),
-                      jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+                      jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), sim.status == RUNNING)
         return self.get_obs(st), st
 
     # ------------------------------------------------------------------------------------------ dynamics
@@ -313,6 +342,7 @@ class MaifsEnv(MultiAgentEnv):
         """Advance the clock: one round, or (when no agent can act, ``stuck``) straight to the round of the next
         completion or arrival, since nothing can change before it (non-preemptive agents)."""
         sim, jobs = st.sim, st.jobs
+        sim = charge_restore(sim, st.was_running & (sim.status == PENDING), self.cfg.restore_s)
         c = sim.status.shape[0]
         n = jobs.arrival.shape[0]
         running = sim.status == RUNNING
@@ -327,7 +357,8 @@ class MaifsEnv(MultiAgentEnv):
                            stats=sim.stats._replace(rounds=sim.stats.rounds + k.astype(jnp.int32) - 1))
         sim = jump_idle(sim, jobs, self.cfg.round_s)
         sim = admit(sim, jobs, self.sim_cfg)
-        return st._replace(sim=sim, substep=jnp.zeros((), jnp.int32), blocked=jnp.zeros_like(st.blocked))
+        return st._replace(sim=sim, substep=jnp.zeros((), jnp.int32), blocked=jnp.zeros_like(st.blocked),
+                           was_running=sim.status == RUNNING)
 
     def _advance(self, st: EnvState, force) -> tuple[EnvState, jax.Array, jax.Array]:
         """Advance the clock once if ``force`` or no agent can act. Returns the state, the elapsed rounds and the
@@ -384,7 +415,6 @@ class MaifsEnv(MultiAgentEnv):
             ok = ok & live
             s = place(s, jobs, sc, take, lv[used, :, 0], lv[used, :, 1], ok)
             target = target.at[sc].set(jnp.where(ok, level, target[sc]))
-            s = s._replace(stats=s.stats._replace(preemptions=s.stats.preemptions + rel_ok.astype(jnp.int32)))
             return (s, target), (ok | rel_ok, ((pick < kk) & ~ok) | (is_rel & ~rel_ok))
 
         (sim, target), (succ, fail) = jax.lax.scan(
@@ -430,4 +460,5 @@ def episode_info(st: EnvState, done) -> dict:
             "decisions": st.decisions, "releases": st.releases, "steps": st.steps}
 
 
-__all__ = ["EnvConfig", "EnvState", "JOB_FEATURES", "LEVELS", "RUNNING_FEATURE", "MaifsEnv", "episode_info"]
+__all__ = ["GPUS_FEATURE", "JOB_FEATURES", "LEVELS", "PRIV_FEATURES", "REMAINING_FEATURE", "RUNNING_FEATURE",
+           "WIDE_FEATURE", "EnvConfig", "EnvState", "MaifsEnv", "episode_info"]

@@ -8,8 +8,10 @@ Every seed of every policy is evaluated on all windows (a seed's metric is the m
 deterministic given the windows, so their rows repeat over seeds; a learned policy's seed ``s`` is its training
 seed. Learned policies are trained once per trace (on that trace's training windows, disjoint from the evaluation
 windows, cycling through ``train_loads``) and evaluated greedily; each also gets the 0/1 gates ``converged`` and
-``beats_untrained`` per seed, which the learned-policy claims require. ``maifs_untrained`` is the MAIFS network at
-its initial parameters, a baseline row that shows what the hand-designed structure does without training.
+``beats_prior`` per seed, which the learned-policy claims require. ``maifs_prior`` is the MAIFS network at its
+initial parameters, i.e. its warm start (the SRTF pick prior and the best-level prior: Synergy-tune SRTF in MAIFS's
+action space), a baseline row that shows what training adds. Every scheduler pays ``restore_s`` of work per
+preemption.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def _run_policies(ctx: RunContext, names: list[str], windows, d, spec, cl, param
 
     A heuristic is deterministic given the windows: its window-averaged metrics repeat for every seed. A learned
     policy's seed ``s`` is its training seed ``s``, evaluated greedily on every window; it also gets the 0/1
-    gates ``converged`` and ``beats_untrained`` per seed."""
+    gates ``converged`` and ``beats_prior`` per seed."""
     seeds = ctx.seeds()
     rows: list[dict] = []
     results: dict[str, list[SimResult]] = {}
@@ -109,7 +111,7 @@ def _run_policies(ctx: RunContext, names: list[str], windows, d, spec, cl, param
         pol = ctx.policies[name]
         if isinstance(pol, HeuristicPolicy):
             res = pipeline.run_heuristic(pol.heuristic(), cl, d.profiles, windows, n, ctx.hardware.lease_s,
-                                       params.lookahead)
+                                       params.lookahead, params.restore_s)
             per_seed = [res] * len(seeds)
         else:
             src = pol.untrained_of if pol.untrained else name
@@ -182,7 +184,7 @@ def _headline(ctx: RunContext) -> pd.DataFrame:
     _curve_figure(ctx, curves)
     fig, ax = figure(1, 1, w=6.5)
     shown = [n for n in ("fifo", "srtf", "tiresias", "synergy_tune_fifo", "synergy_tune_srtf", "dl2",
-                         "maifs_untrained", "maifs")
+                         "maifs_prior", "maifs")
              if n in results]
     cdf(ax[0, 0], {n: np.concatenate([r.jct for r in results[n]]) / 3600.0 for n in shown}, "JCT (h)")
     ax[0, 0].set_title(f"JCT CDF, {ctx.trace.name} ({len(windows)} windows)")
@@ -387,9 +389,9 @@ def tuning(ctx: RunContext) -> pd.DataFrame:
             cond = {"lr": lr, "ent_coef": ent}
             rows += metric_rows(name, {
                 "check_jct_h": (tr.check["trained"], "h"),
-                "check_jct_untrained_h": (tr.check["untrained"], "h"),
+                "check_jct_prior_h": (tr.check["untrained"], "h"),
                 "converged": (g["converged"], "bool"),
-                "beats_untrained": (g["beats_untrained"], "bool"),
+                "beats_prior": (g["beats_prior"], "bool"),
             }, seeds=seeds, **cond)
             diag = metric_rows(name, {  # training diagnostics: a seed whose curve has no finished episode has none
                 "train_jct_last_fifth_h": (pipeline.window_mean(jct, "last"), "h"),
@@ -416,8 +418,8 @@ def _tuning_figure(ctx: RunContext, df: pd.DataFrame, p: MaifsParams) -> None:
         for ent in p.tune_ent_coef:
             m = sel[sel["ent_coef"] == ent].groupby("lr")["value"].mean()
             ax.plot(m.index, m.to_numpy(), "o-", label=f"ent_coef {ent:g}")
-        un = df[(df["policy"] == name) & (df["metric"] == "check_jct_untrained_h")]["value"].mean()
-        ax.axhline(un, color="k", lw=0.8, ls=":", label="untrained network")
+        un = df[(df["policy"] == name) & (df["metric"] == "check_jct_prior_h")]["value"].mean()
+        ax.axhline(un, color="k", lw=0.8, ls=":", label="prior (warm start)")
         ax.set_xscale("log")
         ax.set_xlabel("lr (log)")
         ax.set_title(name, fontsize=8)

@@ -34,6 +34,13 @@ from flax import nnx
 
 from mlsys_repro.common.models.mlp import MLP
 from mlsys_repro.common.rl import ppo
+from mlsys_repro.papers.maifs.env import (
+    GPUS_FEATURE,
+    PRIV_FEATURES,
+    REMAINING_FEATURE,
+    RUNNING_FEATURE,
+    WIDE_FEATURE,
+)
 
 RELEASE_PRIOR = -3.0  # initial logit offset of releasing a lease (an untrained policy rarely preempts)
 
@@ -55,22 +62,35 @@ def variant(attention: bool = True, coordination: bool = True, fungible: bool = 
     return Variant(*(jnp.asarray(float(x), jnp.float32) for x in (attention, coordination, fungible)))
 
 
-def level_prior(rngs: nnx.Rngs) -> nnx.Linear:
+def level_prior(rngs: nnx.Rngs, prior_beta: float = 0.0) -> nnx.Linear:
     """Linear score of an allocation level from (profiled speed, CPU/fair, memory/fair), initialised to prefer
-    the faster level (weight 3 on speed, 0 on cost); training moves it."""
+    the faster level (weight ``3 (1 + prior_beta)`` on speed, 0 on cost; with the SRTF prior the level is as
+    sure as the pick, so sampled episodes stay near the prior's own); training moves it."""
     lin = nnx.Linear(3, 1, rngs=rngs)
-    lin.kernel.set_value(jnp.array([[3.0], [0.0], [0.0]]))
+    lin.kernel.set_value(jnp.array([[3.0 * (1.0 + prior_beta)], [0.0], [0.0]]))
     lin.bias.set_value(jnp.zeros(1))
     return lin
 
 
 def release_prior(job_dim: int, rngs: nnx.Rngs) -> nnx.Linear:
     """Linear pick score from raw job features, zero except ``RELEASE_PRIOR`` on the "running job" feature."""
-    from mlsys_repro.papers.maifs.env import RUNNING_FEATURE
-
     lin = nnx.Linear(job_dim, 1, rngs=rngs)
     lin.kernel.set_value(jnp.zeros((job_dim, 1)).at[RUNNING_FEATURE, 0].set(RELEASE_PRIOR))
     return lin
+
+
+def srtf_prior(jobs: jax.Array, beta: float) -> jax.Array:
+    """``[..., K + R + 1]`` prior pick logits: ``-beta * (log1p(remaining h) - the least of it)`` for every pending
+    candidate, ``-beta`` for every release option, 0 for no-op (valid only when nothing else is). Added to the
+    learned logits, it makes the greedy pick of an untrained network the pending job with the shortest remaining
+    work (SRTF order: Synergy-tune SRTF's choice in this action space; the level prior picks the profiled best
+    allocation, with the environment's fall-backs as Synergy's tuning-down) and a release rare, and training
+    learns a residual on it (a warm start from the best heuristic; ``beta = 0``: no prior)."""
+    pending = (jobs[..., 0] > 0.5) & (jobs[..., RUNNING_FEATURE] < 0.5)
+    rem = jobs[..., REMAINING_FEATURE]
+    best = jnp.min(jnp.where(pending, rem, jnp.inf), axis=-1, keepdims=True)
+    s = jnp.where(pending, -beta * (rem - jnp.where(jnp.isfinite(best), best, 0.0)), -beta)
+    return jnp.concatenate([s, jnp.zeros(s.shape[:-1] + (1,), s.dtype)], -1)
 
 
 class Heads(NamedTuple):
@@ -84,9 +104,10 @@ class MaifsNet(nnx.Module):
     """Actor-critic over stacked per-agent observations (leading axis = agent)."""
 
     def __init__(self, self_dim: int, glob_dim: int, job_dim: int, levels: int, hidden: int = 32, *,
-                 rngs: nnx.Rngs):
+                 priv_dim: int = PRIV_FEATURES, prior_beta: float = 0.0, rngs: nnx.Rngs):
         h = hidden
         self.hidden = hidden
+        self.prior_beta = prior_beta
         self.agent_enc = _dense((self_dim + glob_dim, h, h), rngs)
         self.job_enc = _dense((job_dim, h, h), rngs)
         self.job_pool = nnx.Linear(h, h, rngs=rngs)
@@ -100,9 +121,9 @@ class MaifsNet(nnx.Module):
         self.pick_u.kernel.set_value(self.pick_u.kernel.get_value() * 0.01)
         self.msg = _dense((2 * h, h, h), rngs)
         self.level = _dense((2 * h, h, levels), rngs, final_scale=0.01)
-        self.level_lin = level_prior(rngs)
+        self.level_lin = level_prior(rngs, prior_beta)
         self.pick_lin = release_prior(job_dim, rngs)
-        self.critic = _dense((h + glob_dim, h, 1), rngs)
+        self.critic = _dense((h + glob_dim + priv_dim, h, 1), rngs)
 
     def _logits(self, hi, e):
         # bilinear agent-job score plus a per-job utility: cheap enough to evaluate for every (agent, job) pair
@@ -122,8 +143,9 @@ class MaifsNet(nnx.Module):
         hi = hi + self.job_pool(pooled)
         att = jax.nn.softmax(self.q(hi) @ self.k(hi).T / jnp.sqrt(self.hidden), axis=-1)  # [A, A]
         hi = hi + var.attention * (att @ self.v(hi))
-        value = self.critic(jnp.concatenate([hi.mean(0), obs["glob"][0]], -1))[0]
-        direct = self._pick_direct(obs["jobs"])  # a linear path from raw job features (e.g. remaining work)
+        value = self.critic(jnp.concatenate([hi.mean(0), obs["glob"][0], _priv(obs)], -1))[0]
+        # a linear path from raw job features (e.g. remaining work) and the fixed SRTF prior
+        direct = self._pick_direct(obs["jobs"]) + srtf_prior(obs["jobs"], self.prior_beta)
         logits = self._logits(hi, e) + direct
         p = jax.nn.softmax(ppo.masked_logits(logits, mask), -1)[:, :-1]  # [A, K+R] pick probabilities (no no-op)
         kk = p.shape[1] if k is None else k
@@ -147,29 +169,35 @@ class FlatNet(nnx.Module):
     """Single-agent DL2-style actor-critic: one MLP over the flattened state (expects exactly one agent)."""
 
     def __init__(self, self_dim: int, glob_dim: int, job_dim: int, num_jobs: int, levels: int, hidden: int = 128,
-                 *, rngs: nnx.Rngs):
+                 *, priv_dim: int = PRIV_FEATURES, prior_beta: float = 0.0, rngs: nnx.Rngs):
         d = self_dim + glob_dim + num_jobs * job_dim
-        self.num_jobs, self.levels = num_jobs, levels
+        self.num_jobs, self.levels, self.prior_beta = num_jobs, levels, prior_beta
         self.trunk = _dense((d, hidden, hidden), rngs)
         self.pi = nnx.Linear(hidden, num_jobs + 1, rngs=rngs)
         self.pick_lin = release_prior(job_dim, rngs)
         self.lv = nnx.Linear(hidden, num_jobs * levels, rngs=rngs)
-        self.vf = nnx.Linear(hidden, 1, rngs=rngs)
+        self.vf = _dense((hidden + priv_dim, hidden, 1), rngs)
         self.pi.kernel.set_value(self.pi.kernel.get_value() * 0.01)
         self.lv.kernel.set_value(self.lv.kernel.get_value() * 0.01)
-        self.level_lin = level_prior(rngs)
+        self.level_lin = level_prior(rngs, prior_beta)
 
     def __call__(self, obs: dict, var: Variant, k: int | None = None) -> Heads:
         x = jnp.concatenate([obs["self"], obs["glob"], obs["jobs"].reshape(obs["jobs"].shape[0], -1)], -1)
         z = jax.nn.tanh(self.trunk(x))  # [1, H]
         logits = self.pi(z) + jnp.concatenate([self.pick_lin(obs["jobs"])[..., 0], jnp.zeros((z.shape[0], 1))], -1)
+        logits = logits + srtf_prior(obs["jobs"], self.prior_beta)
         lv = self.lv(z).reshape(z.shape[0], self.num_jobs, self.levels)
-        return Heads(logits, z, lv, self.vf(z)[0, 0])
+        return Heads(logits, z, lv, self.vf(jnp.concatenate([z[0], _priv(obs)], -1))[0])
 
     def level_logits(self, heads: Heads, picks: jax.Array, levels: jax.Array) -> jax.Array:
         idx = jnp.clip(picks, 0, self.num_jobs - 1)
         f = jnp.take_along_axis(levels, idx[:, None, None, None], axis=1)[:, 0]
         return jnp.take_along_axis(heads.jobs, idx[:, None, None], axis=1)[:, 0] + self.level_lin(f)[..., 0]
+
+
+def _priv(obs: dict) -> jax.Array:
+    """The critic's privileged inputs (the same for every agent; empty when the observation has none)."""
+    return obs["priv"][0] if "priv" in obs else jnp.zeros((0,), jnp.float32)
 
 
 # ---------------------------------------------------------------------------------------------- joint action
@@ -185,15 +213,28 @@ class JointAction(NamedTuple):
 
 
 def _conditional_masks(base: jax.Array, picks: jax.Array | None, key: jax.Array, logits: jax.Array,
-                       sequential, greedy: bool, kk: int) -> tuple[jax.Array, jax.Array]:
-    """Sample (or replay ``picks``) agent by agent; with ``sequential`` a shared candidate (index < ``kk``) taken
-    by an earlier agent is masked for later agents (no-op becomes valid when no placement is left)."""
+                       sequential, greedy: bool, kk: int, cap: jax.Array | None = None,
+                       gpus: jax.Array | None = None, wide: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """Sample (or replay ``picks``) agent by agent. With ``sequential`` agent ``i`` sees the state after the
+    agents before it: a shared candidate (index < ``kk``) taken by an earlier agent is masked, and, given the
+    capacity inputs (``cap [A, 2]``: GPUs placeable at the minimal allocation in the agent's group and in the
+    cluster; ``gpus``, ``wide`` ``[A, kk]`` per candidate), so is a placement the capacity left may not hold: a
+    group an earlier agent placed on leaves the pool wide jobs draw from, and after a wide placement (which may
+    take GPUs of any group) no other placement is offered in the step. No-op becomes valid when nothing is left.
+    Without ``sequential`` the masks are the simultaneous ones (the environment drops conflicting picks)."""
     a, n1 = base.shape
     noop = n1 - 1
+    if cap is None:
+        cap = jnp.full((a, 2), jnp.inf)
+        gpus = jnp.zeros((a, kk))
+        wide = jnp.zeros((a, kk), bool)
 
-    def body(taken, x):
-        i, bm, lg, kx = x
-        m = bm & ~(jnp.concatenate([taken, jnp.zeros(n1 - kk, bool)]) & sequential)
+    def body(carry, x):
+        taken, pool, wide_done = carry
+        i, bm, lg, kx, cp, g, wd = x
+        room = ~wide_done & jnp.where(wd, g <= pool + 1e-6, True)
+        block = (taken | ~room) & sequential
+        m = bm & ~jnp.concatenate([block, jnp.zeros(n1 - kk, bool)])
         m = m.at[noop].set(m[noop] | ~m[:kk].any())
         if picks is not None:
             p = picks[i]
@@ -201,10 +242,15 @@ def _conditional_masks(base: jax.Array, picks: jax.Array | None, key: jax.Array,
             p = ppo.categorical_mode(lg, m)
         else:
             p = ppo.categorical_sample(kx, lg, m)
-        taken = taken | ((jnp.arange(kk) == p) & (p < kk))
-        return taken, (p.astype(jnp.int32), m)
+        placed = p < kk
+        pw = placed & wd[jnp.clip(p, 0, kk - 1)]
+        pool = jnp.where(pw, pool - g[jnp.clip(p, 0, kk - 1)], jnp.where(placed, pool - cp[0], pool))
+        taken = taken | ((jnp.arange(kk) == p) & placed)
+        return (taken, pool, wide_done | pw), (p.astype(jnp.int32), m)
 
-    _, (ps, ms) = jax.lax.scan(body, jnp.zeros(kk, bool), (jnp.arange(a), base, logits, jax.random.split(key, a)))
+    init = (jnp.zeros(kk, bool), cap[0, 1], jnp.zeros((), bool))
+    _, (ps, ms) = jax.lax.scan(body, init, (jnp.arange(a), base, logits, jax.random.split(key, a), cap, gpus,
+                                            wide))
     return ps, ms
 
 
@@ -220,7 +266,11 @@ def act(model, obs: dict, key: jax.Array | None, var: Variant, *, greedy: bool =
     lmask = obs["level_mask"] & ((var.fungible > 0) | fair_only)
     if replay is None:
         kp, kl = jax.random.split(key)
-        picks, masks = _conditional_masks(obs["mask"], None, kp, heads.pick, var.coordination > 0, greedy, kk)
+        cap = obs.get("cap")
+        g = None if cap is None else jnp.round(obs["jobs"][:, :kk, GPUS_FEATURE] * 8.0)
+        wd = None if cap is None else obs["jobs"][:, :kk, WIDE_FEATURE] > 0.5
+        picks, masks = _conditional_masks(obs["mask"], None, kp, heads.pick, var.coordination > 0, greedy, kk,
+                                          cap, g, wd)
         lv_logits = model.level_logits(heads, picks, obs["levels"])
         if greedy:
             levels = ppo.categorical_mode(lv_logits, lmask)

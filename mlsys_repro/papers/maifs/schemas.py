@@ -96,13 +96,17 @@ class RLPolicy(BasePolicy):
     coordination: bool = True
     fungible: bool = True
     hidden: int = 32
-    lr: float = 3e-4
+    lr: float = 1e-3
     gamma: float = 0.99
-    gae_lambda: float = 0.95
+    gae_lambda: float = 0.95  # unused by the episodic update (Monte-Carlo returns with an input-dependent baseline)
     clip_eps: float = 0.2
-    ent_coef: float = 0.01
-    epochs: int = 3
+    ent_coef: float = 0.001  # annealed linearly to 0 over training
+    epochs: int = 4
     minibatches: int = 4
+    # warm start [ours]: the pick prior -prior_beta * (log1p(remaining h) - its least) on pending candidates and
+    # -prior_beta on releases (model.srtf_prior) makes the network at its initial parameters schedule like
+    # Synergy-tune SRTF; the same prior is offered to every learned policy (MAIFS variants and DL2); 0 = none
+    prior_beta: float = 20.0
     # evaluate the network at its initial parameters (same architecture and seeds as the trained policy
     # ``untrained_of``): isolates what training adds to the hand-designed structure (masks, priors, fallbacks)
     untrained: bool = False
@@ -119,11 +123,13 @@ class RLPolicy(BasePolicy):
             raise ValueError("the flat single-agent network has no attention or coordination graph")
         if self.hidden < 1 or self.lr <= 0 or not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
             raise ValueError("need hidden >= 1, lr > 0, 0 < gamma <= 1, 0 <= gae_lambda <= 1")
+        if self.prior_beta < 0:
+            raise ValueError("prior_beta must be >= 0")
 
     def hyper(self) -> tuple:
         """The training hyper-parameters that must agree between variants trained together."""
         return (self.hidden, self.lr, self.gamma, self.gae_lambda, self.clip_eps, self.ent_coef, self.epochs,
-                self.minibatches)
+                self.minibatches, self.prior_beta)
 
 
 @dataclass
@@ -153,23 +159,28 @@ class MaifsParams:
     num_updates: int = 100
     updates_per_chunk: int = 10
     num_envs: int = 16
-    rollout_len: int = 64
+    rollout_len: int = 64  # decision steps per episode in training (longer episodes are cut and bootstrapped)
+    paired: int = 4  # rollouts of each training window per update (the input-dependent baseline's group)
     # multi-agent environment
     servers_per_agent: int = 1
     num_candidates: int = 24
     num_short: int = 12  # of the candidates, chosen by least remaining work (the rest: oldest)
     num_running: int = 8  # running jobs per agent whose lease it may release (preemption as an action)
     conflict_blocks: bool = True  # a failed (conflicting) pick costs the agent the rest of the round
+    # checkpoint-restore cost of a preemption [ours: 30-60 s is what restoring a DL job from a checkpoint takes; the low
+    # end, so a round-robin scheduler (LAS) at its slowest placement still progresses between restores],
+    # charged to every scheduler alike (s of fair-share work per net preemption)
+    restore_s: float = 30.0
     max_substeps: int = 16
     makespan_weight: float = 2.0
     reward_scale: float = 100.0
     # heuristics: pending jobs tried per round (= num_candidates: the same queue visibility as MAIFS)
     lookahead: int = 24
     # validity gates of learned policies
-    check_windows: int = 8  # training windows on which trained and untrained networks are compared
+    check_windows: int = 16  # training windows on which the trained network and its prior are compared
     curve_windows: int = 4  # the first training windows on which the learning curve (greedy JCT) is evaluated
     converge_tol: float = 0.05  # converged: last-fifth improvement of training JCT over the previous fifth below
-    beats_margin: float = 0.01  # beats_untrained: JCT at least this fraction below the untrained network's
+    beats_margin: float = 0.01  # beats_prior: JCT at least this fraction below the network at its initialisation
     # PPO tuning (experiment ``tuning``): every learned family trains at each (lr, ent_coef) of one shared grid on
     # seeds ``seed + tuning_seed_offset ..``, disjoint from the reported seeds; the pick is the lowest greedy JCT
     # on the check (training) windows
@@ -198,8 +209,10 @@ class MaifsParams:
             raise ValueError("need 0 <= num_short <= num_candidates and num_running >= 0")
         if set(self.saturn_eval) & set(self.saturn_train):
             raise ValueError("params.saturn_eval and params.saturn_train must not overlap (held-out evaluation)")
-        if self.makespan_weight < 0:
-            raise ValueError("params.makespan_weight must be >= 0")
+        if self.makespan_weight < 0 or self.restore_s < 0:
+            raise ValueError("params.makespan_weight and params.restore_s must be >= 0")
+        if self.paired < 2 or self.num_envs % self.paired:
+            raise ValueError("params.paired must be >= 2 and divide params.num_envs")
         if any(x <= 0 for x in self.tune_lr) or any(x < 0 for x in self.tune_ent_coef):
             raise ValueError("params.tune_lr must be positive and params.tune_ent_coef non-negative")
         if self.tuning_seed_offset < 0:

@@ -4,17 +4,28 @@
 arrays (cluster, speed tables, job windows: :class:`Problem`) and ablation switches (:class:`Variant`) are
 arguments, so one compilation trains every variant and seed (vmapped) on every trace of the same shape:
 
-* ``init(key, var, prob) -> RunnerState`` (parameters, optimiser, vectorised environments, key);
-* ``chunk(state, var, prob) -> (state, metrics)`` runs ``updates_per_chunk`` PPO updates in one ``lax.scan`` (each: a
-  rollout of ``rollout_len`` steps in ``num_envs`` environments, GAE with semi-MDP discounts
-  ``gamma ** elapsed_rounds``, ``epochs`` x ``minibatches`` clipped-surrogate updates with a centralised value);
+* ``init(key, var, prob) -> RunnerState`` (parameters, optimiser, key);
+* ``chunk(state, var, prob) -> (state, metrics)`` runs ``updates_per_chunk`` PPO updates in one ``lax.scan``;
   metrics are per update (the learning curve);
 * ``train(key, var, prob)`` = ``init`` + all updates in one scan: jit it and ``vmap`` it over seeds/variants.
 
+One update, the recipe of scheduling RL with stochastic inputs (Decima; Mao et al., ICLR 2019):
+
+* **Full episodes, paired.** ``num_envs / paired`` training windows are drawn and each is rolled out ``paired``
+  times from its start (same arrivals, different sampled actions) for up to ``rollout_len`` decision steps;
+  an episode cut by that cap is bootstrapped with the critic's value.
+* **Input-dependent baseline.** A rollout's advantage at simulated time ``tau`` is its return-to-go (semi-MDP
+  discounts ``gamma ** elapsed_rounds``) minus the mean return-to-go of the other rollouts of its window from
+  ``tau`` (:func:`mlsys_repro.common.rl.input_baseline.time_aligned_baseline`): the arrivals' variance cancels.
+* **Centralised critic with privileged inputs** (jobs and GPU-hours still to arrive, pending work, elapsed time,
+  the window's load; MAPPO's ValueNorm): trained on the same returns, used for the bootstrap and as a diagnostic
+  (explained variance).
+* ``epochs`` x ``minibatches`` clipped-surrogate updates; the entropy bonus anneals linearly to 0.
+
 Chunks exist so a long training can be checkpointed and resumed (``mlsys_repro.common.repro.checkpoint.run_chunked``).
 Centralised training, decentralised execution: every agent acts from its own observation with shared parameters
-(plus the attention and coordination messages); the critic sees all agents. The advantage is shared by the
-agents (one cluster-wide reward); agents whose only valid action was no-op carry no policy gradient.
+(plus the attention and coordination messages). The advantage is shared by the agents (one cluster-wide reward);
+agents whose only valid action was no-op carry no policy gradient.
 """
 
 from __future__ import annotations
@@ -28,10 +39,11 @@ import optax
 from flax import nnx
 
 from mlsys_repro.common.rl import ppo
+from mlsys_repro.common.rl.input_baseline import returns_to_go, time_aligned_baseline
 from mlsys_repro.common.rl.marl import stack_agents
 from mlsys_repro.common.sim.cluster import Cluster, JobTable, SpeedModel, is_done
 from mlsys_repro.papers.maifs.baselines import ModelDemand
-from mlsys_repro.papers.maifs.env import JOB_FEATURES, LEVELS, EnvConfig, EnvState, MaifsEnv
+from mlsys_repro.papers.maifs.env import JOB_FEATURES, LEVELS, PRIV_FEATURES, EnvConfig, EnvState, MaifsEnv
 from mlsys_repro.papers.maifs.model import FlatNet, MaifsNet, Variant, act
 
 
@@ -55,6 +67,8 @@ class TrainConfig:
     ent_coef: float
     hidden: int
     network: str  # maifs | flat (single agent, DL2-style)
+    paired: int  # rollouts per training window in one update (the input-dependent baseline's group)
+    prior_beta: float  # strength of the SRTF pick prior (model.srtf_prior; 0 = none)
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     value_norm_beta: float = 0.95  # EMA of the return statistics per update (MAPPO's ValueNorm, debiased)
@@ -66,6 +80,10 @@ class TrainConfig:
             raise ValueError("num_updates must be a multiple of updates_per_chunk")
         if (self.num_envs * self.rollout_len) % self.minibatches:
             raise ValueError("num_envs * rollout_len must be divisible by minibatches")
+        if self.paired < 2 or self.num_envs % self.paired:
+            raise ValueError("paired must be >= 2 and divide num_envs (rollouts per window)")
+        if self.prior_beta < 0:
+            raise ValueError("prior_beta must be >= 0")
         for k in ("num_envs", "rollout_len", "num_updates", "updates_per_chunk", "epochs", "minibatches", "hidden"):
             if getattr(self, k) < 1:
                 raise ValueError(f"{k} must be >= 1")
@@ -78,8 +96,9 @@ def build_model(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int, rngs: nn
         if env_cfg.num_agents != 1:
             raise ValueError("the flat (single-agent) network needs an environment with num_agents=1")
         return FlatNet(self_dim, glob_dim, JOB_FEATURES, env_cfg.num_candidates + env_cfg.num_running, len(LEVELS),
-                       hidden=2 * cfg.hidden, rngs=rngs)
-    return MaifsNet(self_dim, glob_dim, JOB_FEATURES, len(LEVELS), hidden=cfg.hidden, rngs=rngs)
+                       hidden=2 * cfg.hidden, priv_dim=PRIV_FEATURES, prior_beta=cfg.prior_beta, rngs=rngs)
+    return MaifsNet(self_dim, glob_dim, JOB_FEATURES, len(LEVELS), hidden=cfg.hidden, priv_dim=PRIV_FEATURES,
+                    prior_beta=cfg.prior_beta, rngs=rngs)
 
 
 class Problem(NamedTuple):
@@ -110,9 +129,11 @@ class ValueNorm(NamedTuple):
         var = jnp.maximum(self.mean_sq / d - mean ** 2, 1e-4)
         return mean, jnp.sqrt(var)
 
-    def update(self, x: jax.Array, beta: float) -> ValueNorm:
-        return ValueNorm(beta * self.mean + (1 - beta) * x.mean(), beta * self.mean_sq + (1 - beta) * (x ** 2).mean(),
-                         beta * self.debias + (1 - beta))
+    def update(self, x: jax.Array, beta: float, mask: jax.Array | None = None) -> ValueNorm:
+        m = jnp.ones_like(x) if mask is None else mask.astype(x.dtype)
+        n = jnp.maximum(m.sum(), 1.0)
+        return ValueNorm(beta * self.mean + (1 - beta) * (x * m).sum() / n,
+                         beta * self.mean_sq + (1 - beta) * (x ** 2 * m).sum() / n, beta * self.debias + (1 - beta))
 
     def denormalize(self, v: jax.Array) -> jax.Array:
         mean, std = self.stats()
@@ -126,8 +147,6 @@ class ValueNorm(NamedTuple):
 class RunnerState(NamedTuple):
     params: Any
     opt_state: Any
-    env_state: EnvState
-    obs: Any  # stacked [E, A, ...]
     key: jax.Array
     update: jax.Array
     vnorm: ValueNorm
@@ -142,12 +161,21 @@ class Transition(NamedTuple):
     value: jax.Array
     reward: jax.Array
     done: jax.Array
+    alive: jax.Array  # the episode had not ended before this step (later steps are padding)
+    time: jax.Array  # simulated time of the decision (s)
     elapsed: jax.Array
     jct_h: jax.Array
     makespan_h: jax.Array
     conflicts: jax.Array
     decisions: jax.Array
     releases: jax.Array
+
+
+def _masked_var(x: jax.Array, mask: jax.Array) -> jax.Array:
+    m = mask.astype(x.dtype)
+    n = jnp.maximum(m.sum(), 1.0)
+    mean = (x * m).sum() / n
+    return (((x - mean) ** 2) * m).sum() / n
 
 
 def make_train(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
@@ -166,55 +194,62 @@ def make_train(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
         return jax.vmap(lambda o, k: act(model, o, k, var, k=kk))(obs_st, jax.random.split(key, e))
 
     def init(key, var: Variant, prob: Problem) -> RunnerState:
-        env = env_of(prob)
-        k_init, k_env, k_run = jax.random.split(key, 3)
+        k_init, k_run = jax.random.split(key)
         params = nnx.state(build_model(env_cfg, cfg, num_servers, nnx.Rngs(k_init)), nnx.Param)
-        obs, env_state = jax.vmap(env.reset)(jax.random.split(k_env, e))
-        obs_st = jax.vmap(lambda o: stack_agents(o, env.agents))(obs)
-        return RunnerState(params, tx.init(params), env_state, obs_st, k_run, jnp.zeros((), jnp.int32),
-                           ValueNorm.init())
+        return RunnerState(params, tx.init(params), k_run, jnp.zeros((), jnp.int32), ValueNorm.init())
 
-    def loss_fn(params, var, mb):
+    def loss_fn(params, var, mb, ent_coef):
         model = nnx.merge(graphdef, params)
         ja = jax.vmap(lambda o, p, lv, m: act(model, o, None, var, replay=(p, lv, m), k=kk))(
             mb["obs"], mb["picks"], mb["levels"], mb["masks"])
-        decide = mb["obs"]["mask"][..., :-1].any(-1)  # [B, A] agents with a real choice
+        decide = mb["obs"]["mask"][..., :-1].any(-1) & mb["alive"][:, None]  # [B, A] agents with a real choice
         adv = jnp.broadcast_to(mb["adv"][:, None], decide.shape)
         pl, kl, cf = ppo.clipped_surrogate(ja.logp, mb["logp"], adv, cfg.clip_eps, decide)
-        vl = ppo.value_loss(ja.value, mb["value"], mb["returns"])  # normalised targets, unclipped
+        vl = ppo.value_loss(ja.value, mb["value"], mb["returns"], mask=mb["alive"])  # normalised targets
         ent = (ja.entropy * decide).sum() / jnp.maximum(decide.sum(), 1)
-        return pl + cfg.vf_coef * vl - cfg.ent_coef * ent, (pl, vl, ent, kl, cf)
+        return pl + cfg.vf_coef * vl - ent_coef * ent, (pl, vl, ent, kl, cf)
 
     def update(rs: RunnerState, var: Variant, prob: Problem):
         env = env_of(prob)
         agents = env.agents
+        key, k_win, k_roll = jax.random.split(rs.key, 3)
+        wins = jnp.repeat(jax.random.randint(k_win, (e // cfg.paired,), 0, env.num_windows), cfg.paired)
+        obs, env_state = jax.vmap(env.reset_window)(wins)
+        obs_st = jax.vmap(lambda o: stack_agents(o, agents))(obs)
 
         def env_step(carry, _):
-            params, env_state, obs_st, key = carry
+            params, env_state, obs_st, alive, key = carry
             key, k_act, k_env = jax.random.split(key, 3)
             ja = policy(params, var, obs_st, k_act)
             actions = {a: jnp.stack([ja.picks[:, i], ja.levels[:, i]], -1) for i, a in enumerate(agents)}
-            obs, env_state, rew, done, info = jax.vmap(env.step)(jax.random.split(k_env, e), env_state, actions)
+            t0 = env_state.sim.t
+            obs, env_state, rew, done, info = jax.vmap(env.step_env)(jax.random.split(k_env, e), env_state, actions)
             obs2 = jax.vmap(lambda o: stack_agents(o, agents))(obs)
-            tr = Transition(obs_st, ja.picks, ja.levels, ja.pick_masks, ja.logp, ja.value, rew[agents[0]],
-                            done["__all__"], info["elapsed_rounds"], info["jct_h"], info["makespan_h"],
-                            info["conflicts"], info["decisions"], info["releases"])
-            return (params, env_state, obs2, key), tr
+            fin = done["__all__"] & alive
+            tr = Transition(obs_st, ja.picks, ja.levels, ja.pick_masks, ja.logp, ja.value,
+                            jnp.where(alive, rew[agents[0]], 0.0), fin, alive, t0, info["elapsed_rounds"],
+                            info["jct_h"], info["makespan_h"], info["conflicts"], info["decisions"],
+                            info["releases"])
+            return (params, env_state, obs2, alive & ~done["__all__"], key), tr
 
-        (params, env_state, obs_st, key), traj = jax.lax.scan(
-            env_step, (rs.params, rs.env_state, rs.obs, rs.key), None, length=cfg.rollout_len)
+        (params, env_state, obs_st, alive, key), traj = jax.lax.scan(
+            env_step, (rs.params, env_state, obs_st, jnp.ones(e, bool), k_roll), None, length=cfg.rollout_len)
         key, k_last = jax.random.split(key)
         vn = rs.vnorm
-        last_value = vn.denormalize(policy(params, var, obs_st, k_last).value)
+        last = jnp.where(alive, vn.denormalize(policy(params, var, obs_st, k_last).value), 0.0)  # cut episodes
         values = vn.denormalize(traj.value)
-        disc = cfg.gamma ** traj.elapsed
-        adv, ret = ppo.gae(traj.reward, values, traj.done, last_value, cfg.gamma, cfg.gae_lambda, disc)
-        ev = 1.0 - jnp.var(ret - values) / jnp.maximum(jnp.var(ret), 1e-12)  # explained variance (before update)
-        vn = vn.update(ret, cfg.value_norm_beta)
-        adv = ppo.normalize(adv, traj.obs["mask"][..., :-1].any(-1).any(-1))
+        disc = jnp.where(traj.alive, cfg.gamma ** traj.elapsed, 1.0)
+        ret = returns_to_go(traj.reward, disc, last)
+        base = time_aligned_baseline(ret, traj.time, last, cfg.paired)
+        live = traj.alive
+        ev = 1.0 - _masked_var(ret - values, live) / jnp.maximum(_masked_var(ret, live), 1e-12)
+        vn = vn.update(ret, cfg.value_norm_beta, live)
+        decide = traj.obs["mask"][..., :-1].any(-1).any(-1) & live
+        adv = ppo.normalize(ret - base, decide)
         batch = ppo.flatten_batch({"obs": traj.obs, "picks": traj.picks, "levels": traj.levels,
                                    "masks": traj.masks, "logp": traj.logp, "value": traj.value, "adv": adv,
-                                   "returns": vn.normalize(ret)})
+                                   "returns": vn.normalize(ret), "alive": live})
+        ent_coef = cfg.ent_coef * (1.0 - rs.update / cfg.num_updates)  # annealed linearly to 0
 
         def epoch(carry, _):
             params, opt_state, key = carry
@@ -222,7 +257,7 @@ def make_train(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
 
             def mb_step(c, mb):
                 p, o = c
-                (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(p, var, mb)
+                (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(p, var, mb, ent_coef)
                 upd, o = tx.update(grads, o, p)
                 return (optax.apply_updates(p, upd), o), (loss, *aux)
 
@@ -236,8 +271,9 @@ def make_train(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
         fin = traj.done.astype(jnp.float32)
         tried = ((traj.conflicts + traj.decisions) * fin).sum()
         metrics = {
-            "reward": traj.reward.mean(),
+            "reward": traj.reward.sum() / e,
             "episodes": n_done,
+            "cut_episodes": alive.mean(),  # episodes longer than rollout_len (bootstrapped)
             "jct_h": jnp.where(n_done > 0, (traj.jct_h * fin).sum() / jnp.maximum(n_done, 1), jnp.nan),
             "makespan_h": jnp.where(n_done > 0, (traj.makespan_h * fin).sum() / jnp.maximum(n_done, 1), jnp.nan),
             "conflict_rate": jnp.where(tried > 0, (traj.conflicts * fin).sum() / jnp.maximum(tried, 1), jnp.nan),
@@ -245,7 +281,7 @@ def make_train(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
             "entropy": stats[3].mean(), "approx_kl": stats[4].mean(), "explained_variance": ev,
             "release_rate": jnp.where(tried > 0, (traj.releases * fin).sum() / jnp.maximum(tried, 1), jnp.nan),
         }
-        return RunnerState(params, opt_state, env_state, obs_st, key, rs.update + 1, vn), metrics
+        return RunnerState(params, opt_state, key, rs.update + 1, vn), metrics
 
     def chunk(rs: RunnerState, var: Variant, prob: Problem):
         return jax.lax.scan(lambda r, _: update(r, var, prob), rs, None, length=cfg.updates_per_chunk)

@@ -19,7 +19,7 @@ from mlsys_repro.papers.maifs.model import MaifsNet, act, variant
 from mlsys_repro.papers.maifs.windows import Window, stack
 
 ECFG = EnvConfig(num_agents=2, num_candidates=4, max_substeps=4, round_s=100.0, makespan_weight=2.0,
-                 reward_scale=10.0, num_short=0, num_running=0, conflict_blocks=True)
+                 reward_scale=10.0, num_short=0, num_running=0, conflict_blocks=True, restore_s=0.0)
 
 
 def windows(n=6, seed=0, burst=False):
@@ -124,7 +124,8 @@ def test_training_resumes_bit_identically_after_a_kill(tiny, tmp_path):
 
     spec, cl, sm, md = tiny
     cfg = TrainConfig(num_envs=2, rollout_len=8, num_updates=3, updates_per_chunk=1, epochs=1, minibatches=2,
-                      lr=3e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, hidden=8, network="maifs")
+                      lr=3e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, hidden=8, network="maifs",
+                      paired=2, prior_beta=0.0)
     init, chunk, _, _ = make_train(ECFG, cfg, spec.num_servers)
     prob = Problem(cl, sm, md, stack(windows() + windows(seed=1)))
     step = jax.jit(chunk)

@@ -17,7 +17,7 @@ from mlsys_repro.papers.maifs.experiments import pick_grid_point
 from mlsys_repro.papers.maifs.schemas import MaifsParams
 from tests.conftest import ROOT
 
-FAMILIES = {"maifs": ("maifs", "maifs_no_attention", "maifs_no_cg", "maifs_fixed_alloc", "maifs_untrained"),
+FAMILIES = {"maifs": ("maifs", "maifs_no_attention", "maifs_no_cg", "maifs_fixed_alloc", "maifs_prior"),
             "dl2": ("dl2",)}
 
 
@@ -34,7 +34,7 @@ def test_pick_is_the_lowest_seed_mean_check_jct():
 def test_pick_breaks_ties_by_grid_order_and_ignores_other_policies_and_metrics():
     rows = pd.concat([_rows({(3e-4, 0.01): [1.0], (1e-3, 0.01): [1.0]}),
                       _rows({(1e-3, 0.01): [0.1]}, policy="dl2"),
-                      _rows({(1e-3, 0.01): [0.1]}).assign(metric="check_jct_untrained_h")])
+                      _rows({(1e-3, 0.01): [0.1]}).assign(metric="check_jct_prior_h")])
     assert pick_grid_point(rows, "maifs") == (3e-4, 0.01)
     with pytest.raises(ValueError, match="no check_jct_h rows for policy 'tetris'"):
         pick_grid_point(rows, "tetris")
