@@ -57,10 +57,7 @@ from mlsys_repro.common.sim.cluster import (
     slot_attr,
     top_up,
 )
-
-ORDERS = ("fifo", "srtf", "las", "tiresias", "drf", "tetris")
-ALLOCATIONS = ("fair", "greedy", "tune")
-MAX_QUEUES = 4  # Tiresias thresholds are padded to MAX_QUEUES - 1 (unused = +inf)
+from mlsys_repro.papers.maifs.schemas import ALLOCATIONS, MAX_QUEUES, ORDERS, HeuristicPolicy, check_heuristic
 
 
 class ModelDemand(NamedTuple):
@@ -91,17 +88,15 @@ class Heuristic:
     tetris_epsilon: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.order not in ORDERS:
-            raise ValueError(f"order must be one of {ORDERS}, got {self.order!r}")
-        if self.allocation not in ALLOCATIONS:
-            raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {self.allocation!r}")
-        th = tuple(float(x) for x in self.tiresias_thresholds_gpu_h)
-        if len(th) >= MAX_QUEUES or any(b <= a for a, b in zip(th, th[1:], strict=False)) or any(
-                x <= 0 for x in th):
-            raise ValueError(f"tiresias_thresholds_gpu_h: at most {MAX_QUEUES - 1} positive increasing values")
+        th = check_heuristic(self.order, self.allocation, self.tiresias_thresholds_gpu_h, self.starvation_factor,
+                             self.tetris_epsilon)
         object.__setattr__(self, "tiresias_thresholds_gpu_h", th)
-        if self.starvation_factor < 0 or self.tetris_epsilon < 0:
-            raise ValueError("starvation_factor and tetris_epsilon must be >= 0")
+
+    @classmethod
+    def of(cls, pol: HeuristicPolicy) -> Heuristic:
+        """The scheduler a policy config describes."""
+        return cls(pol.order, pol.allocation, pol.preemptive, tuple(pol.tiresias_thresholds_gpu_h),
+                   pol.starvation_factor, pol.tetris_epsilon)
 
     def params(self) -> HeuristicParams:
         th = np.full(MAX_QUEUES - 1, np.inf, np.float32)
@@ -375,6 +370,6 @@ def make_schedule(hp: HeuristicParams, cl: Cluster, md: ModelDemand, jobs: JobTa
     return schedule
 
 
-__all__ = ["ALLOCATIONS", "MAX_QUEUES", "ORDERS", "Heuristic", "HeuristicParams", "ModelDemand", "allocate",
+__all__ = ["Heuristic", "HeuristicParams", "ModelDemand", "allocate",
            "best_demand", "candidates", "make_schedule", "priority_keys", "reclaim_from_peers", "skip_greedy",
            "tiresias_queue"]

@@ -23,7 +23,7 @@ import pandas as pd
 from mlsys_repro.common.repro.bench import bench_context, machine_line, time_it
 from mlsys_repro.common.rl.marl import stack_agents
 from mlsys_repro.common.sim.cluster import SimConfig, make_jobs, simulate, summarize
-from mlsys_repro.papers.maifs import pipeline
+from mlsys_repro.papers.maifs import data, pipeline
 from mlsys_repro.papers.maifs.baselines import Heuristic, make_schedule
 from mlsys_repro.papers.maifs.env import MaifsEnv
 from mlsys_repro.papers.maifs.model import variant
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def full_replay(ctx, slots: int, lookahead: int) -> None:
     """The experiment's traces and profiles, replayed whole on a Philly-sized cluster (64 x 8 GPUs) [bench only]."""
-    d = pipeline.load_data(ctx.trace.files, ctx.data_dir, ctx.cache)
+    d = data.load_data(ctx.trace.files, ctx.data_dir, ctx.cache)
     ph = d.philly
     hw = GpuClusterHardware(name="philly_64x8_v100", servers_per_rack=64)
     cl = hw.spec(ctx.data_dir).arrays()
@@ -58,13 +58,13 @@ def full_replay(ctx, slots: int, lookahead: int) -> None:
 def _setup(ctx):
     p, hw = ctx.params, ctx.hardware
     spec = hw.spec(ctx.data_dir)
-    d = pipeline.load_data(ctx.trace.files, ctx.data_dir, ctx.cache)
+    d = data.load_data(ctx.trace.files, ctx.data_dir, ctx.cache)
     return p, hw, spec, spec.arrays(), d
 
 
 def env_throughput(ctx, num_envs: int, steps: int) -> None:
     p, hw, spec, cl, d = _setup(ctx)
-    wins = pipeline.training_windows(d, p, spec.total_gpus, "philly")
+    wins = data.training_windows(d, p, spec.total_gpus, "philly")
     prob = Problem(cl, d.profiles.speed, d.profiles.demand(), stack(wins, pad_to=p.jobs_per_window))
     ecfg = pipeline.env_config(p, spec.num_servers, hw.lease_s, False)
 
@@ -99,7 +99,7 @@ def training_time(ctx) -> None:
     ecfg = pipeline.env_config(p, spec.num_servers, hw.lease_s, False)
     init, chunk, _, _ = make_train(ecfg, cfg, spec.num_servers)
     prob = Problem(cl, d.profiles.speed, d.profiles.demand(),
-                   stack(pipeline.training_windows(d, p, spec.total_gpus, "philly"), pad_to=p.jobs_per_window))
+                   stack(data.training_windows(d, p, spec.total_gpus, "philly"), pad_to=p.jobs_per_window))
     var = variant()
     c = jax.jit(chunk)
     rs = init(jax.random.key(0), var, prob)

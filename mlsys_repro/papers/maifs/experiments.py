@@ -25,7 +25,7 @@ import pandas as pd
 from mlsys_repro.common.repro import RunContext, metric_rows
 from mlsys_repro.common.repro.plots import bars_with_ci, cdf, figure, lines_with_ci
 from mlsys_repro.common.sim.cluster import SimResult
-from mlsys_repro.papers.maifs import pipeline
+from mlsys_repro.papers.maifs import data, pipeline
 from mlsys_repro.papers.maifs.schemas import HeuristicPolicy, MaifsParams, RLPolicy
 
 SOTA = ("synergy_tune_fifo", "tiresias")
@@ -68,7 +68,7 @@ def _single_job_share(windows) -> float:
 def _setup(ctx: RunContext):
     hw = ctx.hardware
     spec = hw.spec(ctx.data_dir)
-    d = pipeline.load_data(ctx.trace.files, ctx.data_dir, ctx.cache)
+    d = data.load_data(ctx.trace.files, ctx.data_dir, ctx.cache)
     return spec, spec.arrays(), d
 
 
@@ -110,7 +110,7 @@ def _run_policies(ctx: RunContext, names: list[str], windows, d, spec, cl, param
     for name in names:
         pol = ctx.policies[name]
         if isinstance(pol, HeuristicPolicy):
-            res = pipeline.run_heuristic(pol.heuristic(), cl, d.profiles, windows, n, ctx.hardware.lease_s,
+            res = pipeline.run_heuristic(pol, cl, d.profiles, windows, n, ctx.hardware.lease_s,
                                        params.lookahead, params.restore_s)
             per_seed = [res] * len(seeds)
         else:
@@ -150,7 +150,7 @@ def _all_variants(ctx: RunContext, family: str, trace: str) -> dict[str, RLPolic
 
 
 def _trace_windows(ctx: RunContext, d, spec, p: MaifsParams, load: float | None = None):
-    return pipeline.eval_windows(d, p, spec.total_gpus, _trace(ctx), load)
+    return data.eval_windows(d, p, spec.total_gpus, _trace(ctx), load)
 
 
 def _filter_rows(dropped: dict[str, int]) -> list[dict]:

@@ -1,4 +1,4 @@
-"""From configs to results: load the traces, cut windows, train the learned policies, evaluate every policy.
+"""From data to results: simulate the heuristics, train the learned policies, evaluate every policy.
 
 Everything expensive is shared by the experiments of a run through the run cache (``cache``, the context's
 ``ctx.cache``), keyed by the inputs that determine it: loaded traces and profiles (by file), compiled functions
@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -22,105 +21,13 @@ import numpy as np
 from mlsys_repro.common.repro.cache import RunCache, cache_key
 from mlsys_repro.common.repro.trainer import compile_trainer
 from mlsys_repro.common.sim.cluster import Cluster, JobTable, SimConfig, SimResult, SpeedModel, simulate, summarize
-from mlsys_repro.common.traces._io import resolve
-from mlsys_repro.common.traces.gpu import (
-    PhillyJobs,
-    SiaWorkloads,
-    load_philly_jobs,
-    load_sia_app_profiles,
-    load_sia_workloads,
-    load_synergy_profiles,
-)
 from mlsys_repro.papers.maifs.baselines import Heuristic, HeuristicParams, ModelDemand, make_schedule
+from mlsys_repro.papers.maifs.data import Data, training_windows
 from mlsys_repro.papers.maifs.env import EnvConfig
 from mlsys_repro.papers.maifs.model import Variant, variant
-from mlsys_repro.papers.maifs.schemas import MaifsParams, RLPolicy
+from mlsys_repro.papers.maifs.schemas import HeuristicPolicy, MaifsParams, RLPolicy
 from mlsys_repro.papers.maifs.train import Problem, TrainConfig, evaluate, make_train
-from mlsys_repro.papers.maifs.windows import (
-    Profiles,
-    Window,
-    at_load,
-    check_disjoint,
-    contended,
-    load_profiles,
-    philly_windows,
-    saturn_windows,
-    stack,
-)
-
-# ---------------------------------------------------------------------------------------------- data
-
-
-@dataclass
-class Data:
-    profiles: Profiles
-    philly: PhillyJobs
-    saturn: SiaWorkloads
-    apps: dict
-    dropped: dict[str, int]
-
-
-def load_data(files: dict[str, str], data_dir: Path, cache: RunCache) -> Data:
-    """The traces and profiles named by the trace config's ``files`` (each file loaded once per run)."""
-    f = {k: str(resolve(data_dir, v)) for k, v in files.items()}
-    prof = cache.get("maifs.profiles", (f["synergy_tput"], f["synergy_stats"], f["sia_profiles"]),
-                     lambda: load_profiles(load_synergy_profiles(f["synergy_tput"], f["synergy_stats"]),
-                                           load_sia_app_profiles(f["sia_profiles"])))
-    ph = cache.get("maifs.philly", f["jobs"], lambda: load_philly_jobs(f["jobs"]))
-    sa = cache.get("maifs.saturn", f["saturn"], lambda: load_sia_workloads(f["saturn"]))
-    apps = cache.get("maifs.apps", f["sia_profiles"], lambda: load_sia_app_profiles(f["sia_profiles"]))
-    return Data(prof, ph, sa, apps, {**ph.dropped, **sa.dropped})
-
-
-def philly_eval(d: Data, p: MaifsParams, cluster_gpus: int, load: float | None = None):
-    """``eval_windows`` disjoint windows of the later, unseen Philly slice at offered ``load`` (default
-    ``p.load``); every seed of every policy is evaluated on all of them."""
-    ws = philly_windows(d.philly, d.profiles, cluster_gpus=cluster_gpus, start=p.eval_start, end=p.eval_end,
-                        jobs_per_window=p.jobs_per_window, num_windows=p.eval_windows, rate_jobs_per_h=None,
-                        class_split=p.class_split, seed=1, load=load or p.load, cap_duration_h=p.cap_duration_h)
-    return ws.windows, ws.dropped
-
-
-def saturn_eval(d: Data, p: MaifsParams, cluster_gpus: int, load: float | None = None):
-    """The held-out Saturn workload files, each cut into ``saturn_parts`` windows, at offered ``load``."""
-    ws = saturn_windows(d.saturn, d.apps, d.profiles, workloads=p.saturn_eval, cluster_gpus=cluster_gpus)
-    out, capped = contended(ws.windows, load=load or p.load, cluster_gpus=cluster_gpus,
-                            cap_duration_h=p.cap_duration_h, parts=p.saturn_parts)
-    return [_truncate(w, p.jobs_per_window) for w in out], {**ws.dropped, **capped}
-
-
-def training_windows(d: Data, p: MaifsParams, cluster_gpus: int, trace: str) -> list[Window]:
-    """Training windows of one trace [ours: one policy per trace, trained at the evaluation loads]: Philly's
-    earlier slice (``train_windows`` windows), or the training Saturn files cut like the evaluation ones; window
-    ``k`` is scaled to offered load ``train_loads[k % len(train_loads)]``."""
-    if trace == "philly":
-        base = philly_windows(d.philly, d.profiles, cluster_gpus=cluster_gpus, start=p.train_start,
-                              end=p.train_end, jobs_per_window=p.jobs_per_window, num_windows=p.train_windows,
-                              rate_jobs_per_h=None, class_split=p.class_split, seed=0, load=1.0,
-                              cap_duration_h=p.cap_duration_h).windows
-    elif trace == "saturn":
-        sa = saturn_windows(d.saturn, d.apps, d.profiles, workloads=p.saturn_train, cluster_gpus=cluster_gpus)
-        base, _ = contended(sa.windows, load=1.0, cluster_gpus=cluster_gpus, cap_duration_h=p.cap_duration_h,
-                            parts=p.saturn_parts)
-        base = [_truncate(w, p.jobs_per_window) for w in base]
-    else:
-        raise ValueError(f"unknown training trace {trace!r}")
-    return [at_load(w, p.train_loads[k % len(p.train_loads)], cluster_gpus) for k, w in enumerate(base)]
-
-
-def eval_windows(d: Data, p: MaifsParams, cluster_gpus: int, trace: str, load: float | None = None):
-    """Evaluation windows of ``trace`` at ``load``, checked disjoint from that trace's training windows."""
-    ws, dropped = (philly_eval if trace == "philly" else saturn_eval)(d, p, cluster_gpus, load)
-    check_disjoint(training_windows(d, p, cluster_gpus, trace), ws)
-    return ws, dropped
-
-
-def _truncate(w: Window, n: int) -> Window:
-    if len(w) <= n:
-        return w
-    src = None if w.source is None else w.source[:n]
-    return Window(w.name, w.arrival[:n], w.work[:n], w.gpus[:n], w.model[:n], src)
-
+from mlsys_repro.papers.maifs.windows import Profiles, Window, stack
 
 # ---------------------------------------------------------------------------------------------- heuristics
 
@@ -131,10 +38,11 @@ def _run_heuristic(hp: HeuristicParams, cl: Cluster, sm: SpeedModel, md: ModelDe
     return simulate(cl, sm, jobs, cfg, make_schedule(hp, cl, md, jobs, lookahead))
 
 
-def run_heuristic(h: Heuristic, cl: Cluster, prof: Profiles, windows: list[Window], n: int, lease_s: float,
-                  lookahead: int, restore_s: float) -> list[SimResult]:
-    """Simulate each window (padded to ``n`` jobs so every window shares one compiled simulator); every net
-    preemption costs ``restore_s`` seconds of work, as in the learned policies' environment."""
+def run_heuristic(pol: HeuristicPolicy | Heuristic, cl: Cluster, prof: Profiles, windows: list[Window], n: int,
+                  lease_s: float, lookahead: int, restore_s: float) -> list[SimResult]:
+    """Simulate each window under the heuristic ``pol`` (padded to ``n`` jobs so every window shares one compiled
+    simulator); every net preemption costs ``restore_s`` seconds of work, as in the learned policies' env."""
+    h = pol if isinstance(pol, Heuristic) else Heuristic.of(pol)
     jobs = stack(windows, pad_to=n)
     cfg = SimConfig(round_s=lease_s, restore_s=restore_s)
     out = []
@@ -391,6 +299,5 @@ def converged(curve: np.ndarray, tol: float, frac: float = 0.2) -> np.ndarray:
     return (np.isfinite(improvement) & (improvement < tol)).astype(float)
 
 
-__all__ = ["Data", "Trained", "converged", "env_config", "eval_windows", "gates", "load_data", "philly_eval",
-           "run_heuristic", "run_trained", "saturn_eval", "train_config", "train_policies", "training_windows",
-           "window_mean"]
+__all__ = ["Trained", "converged", "env_config", "gates", "run_heuristic", "run_trained", "train_config",
+           "train_policies", "window_mean"]

@@ -61,6 +61,27 @@ class GpuClusterHardware(BaseHardware):
                                         np.arange(idx.size) // self.servers_per_rack, self.name)
 
 
+ORDERS = ("fifo", "srtf", "las", "tiresias", "drf", "tetris")
+ALLOCATIONS = ("fair", "greedy", "tune")
+MAX_QUEUES = 4  # Tiresias thresholds are padded to MAX_QUEUES - 1 (unused = +inf)
+
+
+def check_heuristic(order: str, allocation: str, thresholds_gpu_h, starvation_factor: float,
+                    tetris_epsilon: float) -> tuple[float, ...]:
+    """Validate a heuristic scheduler's settings (the one check for configs and for
+    :class:`mlsys_repro.papers.maifs.baselines.Heuristic`); returns the thresholds as a tuple of floats."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    if allocation not in ALLOCATIONS:
+        raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {allocation!r}")
+    th = tuple(float(x) for x in thresholds_gpu_h)
+    if len(th) >= MAX_QUEUES or any(b <= a for a, b in zip(th, th[1:], strict=False)) or any(x <= 0 for x in th):
+        raise ValueError(f"tiresias_thresholds_gpu_h: at most {MAX_QUEUES - 1} positive increasing values")
+    if starvation_factor < 0 or tetris_epsilon < 0:
+        raise ValueError("starvation_factor and tetris_epsilon must be >= 0")
+    return th
+
+
 @dataclass
 class HeuristicPolicy(BasePolicy):
     """A baseline scheduler (see mlsys_repro/papers/maifs/baselines.py)."""
@@ -76,13 +97,8 @@ class HeuristicPolicy(BasePolicy):
     def __post_init__(self) -> None:
         if self.kind != "heuristic":
             raise ValueError(f"policy.kind must be 'heuristic', got {self.kind!r}")
-        self.heuristic()  # validates order, allocation, thresholds
-
-    def heuristic(self):
-        from mlsys_repro.papers.maifs.baselines import Heuristic
-
-        return Heuristic(self.order, self.allocation, self.preemptive, tuple(self.tiresias_thresholds_gpu_h),
-                         self.starvation_factor, self.tetris_epsilon)
+        check_heuristic(self.order, self.allocation, self.tiresias_thresholds_gpu_h, self.starvation_factor,
+                        self.tetris_epsilon)
 
 
 @dataclass
@@ -223,4 +239,5 @@ register_schema("hardware", "gpu_cluster", GpuClusterHardware)
 register_schema("policy", "maifs_heuristic", HeuristicPolicy)
 register_schema("policy", "maifs_rl", RLPolicy)
 
-__all__ = ["GpuClusterHardware", "HeuristicPolicy", "MaifsParams", "RLPolicy"]
+__all__ = ["ALLOCATIONS", "MAX_QUEUES", "ORDERS", "GpuClusterHardware", "HeuristicPolicy", "MaifsParams", "RLPolicy",
+           "check_heuristic"]

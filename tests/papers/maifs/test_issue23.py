@@ -11,7 +11,7 @@ import pytest
 
 from mlsys_repro.common.sim.cluster import PENDING, RUNNING
 from mlsys_repro.common.traces.gpu import PhillyJobs
-from mlsys_repro.papers.maifs import pipeline
+from mlsys_repro.papers.maifs import data, pipeline
 from mlsys_repro.papers.maifs.env import EnvConfig, MaifsEnv
 from mlsys_repro.papers.maifs.schemas import MaifsParams
 from mlsys_repro.papers.maifs.windows import (
@@ -105,11 +105,11 @@ def _fake_philly(n=4000, seed=0):
 
 def test_philly_windows_are_at_load_capped_and_training_is_disjoint_from_evaluation():
     ph = _fake_philly()
-    d = pipeline.Data(_Profiles(), ph, None, {}, {})
+    d = data.Data(_Profiles(), ph, None, {}, {})
     p = MaifsParams(jobs_per_window=60, eval_windows=12, train_windows=10, load=0.9, cap_duration_h=2.0,
                     train_loads=[0.7, 1.1])
-    ev, dropped = pipeline.eval_windows(d, p, 32, "philly")  # checks disjointness itself
-    tr = pipeline.training_windows(d, p, 32, "philly")
+    ev, dropped = data.eval_windows(d, p, 32, "philly")  # checks disjointness itself
+    tr = data.training_windows(d, p, 32, "philly")
     assert len(ev) == 12 and len(tr) == 10
     assert dropped["capped[duration>2h]"] > 0
     for w in ev:
@@ -121,7 +121,7 @@ def test_philly_windows_are_at_load_capped_and_training_is_disjoint_from_evaluat
         assert ph.submit_s[w.source].max() < 1509494400.0
     check_disjoint(tr, ev)
     # the same windows at another load: same jobs, arrivals rescaled
-    ev13, _ = pipeline.eval_windows(d, p, 32, "philly", load=1.3)
+    ev13, _ = data.eval_windows(d, p, 32, "philly", load=1.3)
     for a, b in zip(ev, ev13, strict=True):
         np.testing.assert_array_equal(a.source, b.source)
         assert offered_load(b, 32) == pytest.approx(1.3)
