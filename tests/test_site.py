@@ -59,6 +59,22 @@ def site(tmp_path):
     return write_site(res, _verdicts(), fresh, {"toy": "Toy paper"}, papers_dir=tmp_path / "mlsys_repro" / "papers")
 
 
+def test_first_screen_states_the_pages_provenance_and_regeneration_cost(site, tmp_path):
+    text = site.read_text()
+    prov = re.search(r'<p id="provenance">(.*?)</p>', text).group(1)
+    assert "1 result files from 1 commit(s) (<code>abc123</code>)" in prov
+    assert "finished 2026-12-03 to 2026-12-03" in prov and "suite <b>12 s</b>" in prov and "toy 12 s" in prov
+    # a second experiment's manifest adds its wall time to its paper and the suite
+    res = site.parent
+    (res / "toy/other.manifest.json").write_text(json.dumps(
+        {"git_sha": "def456", "finished_utc": "2026-12-05T10:00:00Z", "wall_s": 5400.0}))
+    fresh = {"toy": {"costs": "fresh", "other": "fresh"}}
+    again = write_site(res, _verdicts(), fresh, {"toy": "Toy paper"}, papers_dir=tmp_path / "mlsys_repro" / "papers")
+    prov = re.search(r'<p id="provenance">(.*?)</p>', again.read_text()).group(1)
+    assert "2 result files from 2 commit(s)" in prov and "to 2026-12-05" in prov
+    assert "suite <b>1 h 30 min</b>" in prov
+
+
 class _Links(HTMLParser):
     def __init__(self):
         super().__init__()
@@ -138,6 +154,28 @@ def test_page_in_a_real_browser(site):
         d.quit()
 
 
+def _first_screen(d):
+    """A screenshot of the first screen (1280 x 900, top of the page) shows the verdict counts per paper and the
+    page's provenance line, and is a rendered page (many colours, the verdict badges among them), not a blank one."""
+    import io
+
+    from PIL import Image
+    from selenium.webdriver.common.by import By
+
+    for sel in ("#counts", "#provenance"):
+        el = d.find_element(By.CSS_SELECTOR, sel)
+        assert d.execute_script("var r = arguments[0].getBoundingClientRect(); return r.top >= 0 && r.bottom <= "
+                                "window.innerHeight && r.width > 0", el), sel
+    shot = Image.open(io.BytesIO(d.get_screenshot_as_png())).convert("RGB")
+    assert shot.size[0] >= 1000
+    colours = shot.getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 20  # text, table rules and the badge colours
+    badge = d.find_element(By.CSS_SELECTOR, "#counts thead .badge")
+    rgb = d.execute_script("return getComputedStyle(arguments[0]).backgroundColor", badge)
+    want = tuple(int(x) for x in re.findall(r"\d+", rgb)[:3])
+    assert any(c == want for _, c in colours), (want, "the first verdict badge's colour is not on the screenshot")
+
+
 def _forest_one_click_away(d, paper):
     """From the top of the page, one click on the paper's name in the first screen's counts table brings its forest
     plot (open, laid out at the page's width) into view."""
@@ -145,6 +183,7 @@ def _forest_one_click_away(d, paper):
 
     d.set_window_size(1280, 900)
     d.execute_script("window.scrollTo(0, 0)")
+    _first_screen(d)
     link = d.find_element(By.CSS_SELECTOR, f'#counts a[href="#{paper}"]')
     assert d.execute_script("return arguments[0].getBoundingClientRect().bottom <= window.innerHeight", link)
     link.click()

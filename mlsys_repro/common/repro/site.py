@@ -159,6 +159,39 @@ def _row(v: Verdict, fresh: str) -> str:
             f'<td class="{_e(state)}" title="{_e(fresh)}">{_e(state)}</td></tr>')
 
 
+def _duration(seconds: float) -> str:
+    m = int(round(seconds / 60.0))
+    return f"{m // 60} h {m % 60:02d} min" if m >= 60 else f"{m} min" if m else f"{seconds:.0f} s"
+
+
+def _page_provenance(results_dir: Path, papers: Sequence[str], freshness: Mapping[str, Mapping[str, str]]) -> str:
+    """The page's own provenance and cost, from the manifests of the result files it shows (so the page's bytes
+    depend only on the folder): how many result files, from which commits, finished when, and what regenerating
+    them cost (the recorded wall times, summed per paper and for the suite)."""
+    per_paper: dict[str, float] = {}
+    shas, dates, n = set(), [], 0
+    for paper in papers:
+        for exp in sorted(freshness.get(paper, {})):
+            man = _manifest(results_dir, paper, exp)
+            if not man:
+                continue
+            n += 1
+            wall = man.get("wall_s")
+            if isinstance(wall, (int, float)) and math.isfinite(wall):
+                per_paper[paper] = per_paper.get(paper, 0.0) + float(wall)
+            shas.add(str(man.get("git_sha", "?")))
+            if man.get("finished_utc"):
+                dates.append(str(man["finished_utc"]))
+    if not n:
+        return '<p id="provenance" class="muted">No result file with a manifest in this folder.</p>'
+    sha_list = ", ".join(f"<code>{_e(x)}</code>" for x in sorted(shas)[:8]) + (" ..." if len(shas) > 8 else "")
+    cost = ", ".join(f"{_e(p)} {_duration(w)}" for p, w in sorted(per_paper.items()))
+    return (f'<p id="provenance">{n} result files from {len(shas)} commit(s) ({sha_list}), finished '
+            f"{_e(min(dates)[:10])} to {_e(max(dates)[:10])} (UTC). Regeneration cost, the wall times the manifests "
+            f"record (each on the machine that made it): suite <b>{_duration(sum(per_paper.values()))}</b>; "
+            f"per paper: {cost}.</p>")
+
+
 def _counts_table(all_verdicts: Mapping[str, list[Verdict]]) -> list[str]:
     """Per paper and counted class: how many claims read each verdict (the page's first screen)."""
     out = ['<table id="counts"><caption>Counted claims per paper (sensitivity readings, extensions and checks are '
@@ -197,6 +230,7 @@ def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
     head = (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Claims vs measured results"
             f"</title><style>{_CSS}</style><script>{_JS}</script></head><body>")
     out = [head, "<h1>Claims vs measured results</h1>", *_counts_table(all_verdicts),
+           _page_provenance(results_dir, sorted(all_verdicts), freshness),
            f"<p>{_e(VERDICT_MEANING)}</p>",
            "<p class=\"muted\">Each paper's name links to its section, which opens with a forest plot of its counted "
            "claims (the measured effect and its CI against the paper's band and no effect). "
