@@ -224,7 +224,35 @@ def test_figures_say_profile_seeds_and_ci_and_whiskers_stay_non_negative(toy_con
     finally:
         plt.Figure.savefig = orig
     assert path.exists() and "profile smoke" in seen["title"] and "3 seed(s)" in seen["title"]
-    assert CI_NOTE in seen["title"]
+    assert CI_NOTE in seen["title"].replace("\n", " ")
+
+
+def test_figure_headers_wrap_to_the_figure_and_one_run_has_no_ci(toy_conf, tmp_path):
+    import matplotlib.pyplot as plt
+
+    from mlsys_repro.common.repro.plots import ONE_RUN_NOTE, figure, wrap_note
+
+    long = "maifs/headline_philly, profile default, 5 seed(s); " + "error bars: 95 % CI of the mean over seeds " * 3
+    narrow = wrap_note(long, 3.0)
+    assert narrow.replace("\n", " ") == " ".join(long.split())
+    assert narrow.count("\n") >= 2 and max(len(x) for x in narrow.split("\n")) <= int(3.0 * 72 / (0.55 * 7))
+    assert "\n" not in wrap_note("short", 6.0)
+    ctx = build_context(compose_run(["experiment=toy/costs", "profile=smoke", "experiment.num_seeds=1"],
+                                    conf_dir=toy_conf), out_dir=tmp_path)
+    seen = {}
+    orig = plt.Figure.savefig
+
+    def spy(self, *a, **kw):
+        seen["title"] = self._suptitle.get_text()
+        return orig(self, *a, **kw)
+
+    fig, _ = figure()
+    plt.Figure.savefig = spy
+    try:
+        ctx.save_figure(fig, "bars")
+    finally:
+        plt.Figure.savefig = orig
+    assert ONE_RUN_NOTE in seen["title"].replace("\n", " ") and "95 % CI" not in seen["title"]
 
 
 def test_manifest_lists_the_figures_the_run_saved(toy_conf, tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ physical zero, and atomic PNG writes titled with the experiment, profile and num
 from __future__ import annotations
 
 import io
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -41,12 +42,25 @@ def apply_style() -> None:
 apply_style()
 
 
+ONE_RUN_NOTE = "1 run: no CI (deterministic, or one seed)"
+
+
+def wrap_note(note: str, width_in: float, fontsize: float = 7.0) -> str:
+    """``note`` broken into lines that fit a figure ``width_in`` inches wide at ``fontsize`` points (about 0.55 em
+    per character), so a provenance header wraps instead of running past the image's edge."""
+    chars = max(20, int(width_in * 72.0 / (0.55 * fontsize)))
+    return "\n".join(textwrap.wrap(note, chars)) or note
+
+
 def save_figure(fig, path: Path, dpi: int = 120, note: str | None = None) -> None:
-    """Write ``fig`` as PNG atomically and close it; ``note`` (e.g. profile and seeds) goes on top in small type."""
+    """Write ``fig`` as PNG atomically and close it; ``note`` (e.g. profile and seeds) goes on top in small type,
+    wrapped to the figure's width."""
     buf = io.BytesIO()
     if note:
-        fig.suptitle(note, fontsize=7, color="#444")
-        fig.tight_layout(rect=(0, 0, 1, 0.96))
+        text = wrap_note(note, fig.get_size_inches()[0])
+        lines = text.count("\n") + 1
+        fig.suptitle(text, fontsize=7, color="#444")
+        fig.tight_layout(rect=(0, 0, 1, 1.0 - min(0.3, 0.12 * lines / fig.get_size_inches()[1] + 0.01)))
     else:
         fig.tight_layout()
     fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})

@@ -71,10 +71,11 @@ class RunContext:
     def save_figure(self, fig, name: str) -> Path:
         """Save a matplotlib figure as ``<out_dir>/<experiment>_<name>.png`` atomically and close it, titled with
         the experiment, profile and number of seeds, and what its error bars are."""
-        from mlsys_repro.common.repro.plots import CI_NOTE, save_figure
+        from mlsys_repro.common.repro.plots import CI_NOTE, ONE_RUN_NOTE, save_figure
 
         path = self.out_dir / f"{self.experiment}_{name}.png"
-        note = f"{self.paper}/{self.experiment}, profile {self.profile}, {self.num_seeds} seed(s); {CI_NOTE}"
+        bars = CI_NOTE if self.num_seeds > 1 else ONE_RUN_NOTE
+        note = f"{self.paper}/{self.experiment}, profile {self.profile}, {self.num_seeds} seed(s); {bars}"
         save_figure(fig, path, note=note)
         self.figures.append(path)
         return path
