@@ -4,6 +4,7 @@ damaged results, schema, classes and revisions, reports, CLI."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,7 @@ from scipy import stats
 from mlsys_repro.common.repro.claims import classify, evaluate, main, paper_markdown, parse_claims, summary_markdown
 from mlsys_repro.common.repro.errors import ClaimsSchemaError
 from mlsys_repro.common.repro.stats import bonferroni_level, mean_ci
+from tests.conftest import ROOT
 
 
 def frame(values: dict[str, list[float]], metric="m", **cols) -> pd.DataFrame:
@@ -670,3 +672,21 @@ def test_one_malformed_claims_file_does_not_stop_the_other_papers(toy_conf, tmp_
     with pytest.raises(ClaimsSchemaError, match=r"a_toy_bad: .*unknown gate 'convergd' \(did you mean 'converged'"):
         check(["a_toy_bad", "toy"], res, toy_conf, quiet=True)  # the malformed one is checked first
     assert "REPRODUCED" in (res / "toy" / "claims.md").read_text()  # the other paper was still checked
+
+
+CUT_BY_HASH = re.compile(r"^\s*(?:-\s*)?(source|text|note|regime|min_effect_why|change):[ \t]*([^ \t\"'>|{].*\s#.*)$")
+
+
+def cut_fields(yaml_text: str) -> list[str]:
+    """Fields of a claims file whose unquoted value contains `` #``: YAML ends the value there (the rest is a
+    comment), so the rendered source or note would be cut mid-sentence."""
+    return [f"line {i}: {m.group(1)}" for i, ln in enumerate(yaml_text.splitlines(), 1)
+            if (m := CUT_BY_HASH.match(ln))]
+
+
+def test_no_rendered_source_or_note_is_cut_by_an_unquoted_hash():
+    assert cut_fields('    source: "notes, issue #23"\n    note: plain text\n') == []
+    assert cut_fields("    source: notes, issue #23\n  - note: see #4\n") == ["line 1: source", "line 2: note"]
+    files = sorted((ROOT / "mlsys_repro/papers").glob("*/claims.yaml"))
+    bad = {p.parent.name: cut_fields(p.read_text()) for p in files}
+    assert not {k: v for k, v in bad.items() if v}
