@@ -75,6 +75,22 @@ def test_first_screen_states_the_pages_provenance_and_regeneration_cost(site, tm
     assert "suite <b>1 h 30 min</b>" in prov
 
 
+def test_multi_panel_figures_span_the_page_and_small_ones_stay_thumbnails(tmp_path):
+    from PIL import Image
+
+    from mlsys_repro.common.repro.site import _png_width
+
+    res = tmp_path / "results"
+    (res / "toy").mkdir(parents=True)
+    pd.DataFrame({"x": [1]}).to_csv(res / "toy/costs.csv", index=False)
+    Image.new("RGB", (1440, 400), "white").save(res / "toy/costs_panels.png")
+    shutil.copy(Path(__file__).parent / "fixtures/tiny.png", res / "toy/costs_bars.png")
+    assert _png_width(res / "toy/costs_panels.png") == 1440 and _png_width(res / "toy/costs.csv") == 0
+    page = write_site(res, _verdicts(), {"toy": {"costs": "fresh", "other": "missing"}}, papers_dir=None).read_text()
+    assert '<figure class="wide"><a href="toy/costs_panels.png">' in page
+    assert '<figure><a href="toy/costs_bars.png">' in page and "(click for full size)" in page
+
+
 class _Links(HTMLParser):
     def __init__(self):
         super().__init__()

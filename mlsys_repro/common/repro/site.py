@@ -35,7 +35,9 @@ table{border-collapse:collapse;width:100%;margin:.6em 0}th,td{border:1px solid #
 vertical-align:top;text-align:left}th{background:#f2f2f2}code{font-size:12px}
 .badge{font-weight:600;padding:1px 6px;border-radius:3px;white-space:nowrap}
 .stale,.missing,.incomplete{color:#a40}
-figure{display:inline-block;margin:.4em}figure img{max-width:540px;border:1px solid #ddd}
+figure{display:inline-block;vertical-align:top;margin:.4em;max-width:100%}
+figure img{max-width:min(560px,100%);height:auto;border:1px solid #ddd}
+figure.wide{display:block}figure.wide img{max-width:100%}
 .controls label{margin-right:1.2em}.muted{color:#666}caption{text-align:left;font-weight:600;padding:2px 0}
 details.forest{margin:.6em 0}details.forest summary{cursor:pointer;font-weight:600}.forest p{font-size:12px}
 svg.fp{display:block;width:100%;max-width:1150px;height:auto;margin:.3em 0}
@@ -157,6 +159,16 @@ def _row(v: Verdict, fresh: str) -> str:
             f'<td>{_e(c.regime or "—")}</td><td>{_e(pv)}</td><td>{_e(v.measured())}</td>'
             f"<td>{_badge(v.shown)}</td><td>{_ungated(v)}</td><td>{_revised(v)}</td>"
             f'<td class="{_e(state)}" title="{_e(fresh)}">{_e(state)}</td></tr>')
+
+
+def _png_width(path: Path) -> int:
+    """The pixel width of a PNG from its header (0 when it is not a readable PNG)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(24)
+    except OSError:
+        return 0
+    return int.from_bytes(head[16:20], "big") if head[:8] == b"\x89PNG\r\n\x1a\n" else 0
 
 
 def _duration(seconds: float) -> str:
@@ -288,8 +300,10 @@ def site_html(results_dir: Path, all_verdicts: Mapping[str, list[Verdict]],
                 out.append("</tbody></table>")
             for fig in experiment_figures(results_dir / paper, exp, exps, man):
                 rel = f"{paper}/{fig.name}"
-                out.append(f'<figure><a href="{_e(rel)}"><img src="{_e(rel)}" alt="{_e(fig.stem)}" '
-                           f'loading="lazy"></a><figcaption>{_e(fig.name)}</figcaption></figure>')
+                wide = ' class="wide"' if _png_width(fig) > 900 else ""  # multi-panel: the page's full width
+                out.append(f'<figure{wide}><a href="{_e(rel)}"><img src="{_e(rel)}" alt="{_e(fig.stem)}" '
+                           f'loading="lazy"></a><figcaption>{_e(fig.name)} (click for full size)</figcaption>'
+                           "</figure>")
     out.append("</body></html>\n")
     return "\n".join(out)
 
