@@ -257,7 +257,18 @@ class PSSim:
 
     @property
     def ps_bytes(self) -> int:
+        """PS-tier bytes: every push and pull, counted once (= the bytes through the PS NICs, all shards)."""
         return self.ps_in.bytes + self.ps_out.bytes
+
+    @property
+    def wire_bytes(self) -> int:
+        """Every message once, PS tier and leader tier: the bytes put on the network (>= :attr:`ps_bytes`)."""
+        return self.bytes_sent
+
+    @property
+    def leader_bytes(self) -> int:
+        """Leader-tier bytes: member <-> leader messages between workers (``wire_bytes - ps_bytes``)."""
+        return self.tier_sent["leader"]
 
     # ------------------------------------------------------------------------------------------- protocol
     def _start(self) -> None:
@@ -447,7 +458,9 @@ class PSSim:
         return {
             "reached_target": float(reached),
             "time_to_target_s": float(t),
+            # PS tier: pushes and pulls through the PS NICs (all shards), each message once
             "ps_bytes_to_target": float(psb),
+            # wire: every message once, PS tier + leader tier (the bytes put on the network; = PS tier without leaders)
             "wire_bytes_to_target": float(wb),
             # every message is on exactly one tier: leader tier = all messages - PS tier; a PS message crosses one
             # worker NIC, a leader-tier message two
