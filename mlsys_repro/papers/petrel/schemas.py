@@ -10,8 +10,9 @@ from omegaconf import MISSING
 
 from mlsys_repro.common.repro.schema import BaseHardware, BasePolicy, register_schema
 
-POLICY_KINDS = ("bsp", "asp", "ssp", "dssp", "casp")
-GROUPINGS = ("a3c", "kmeans", "prior", "random")
+POLICY_KINDS = ("bsp", "asp", "ssp", "dssp", "casp", "hier_bsp")
+GROUPINGS = ("a3c", "kmeans", "prior", "random", "index")
+HIER_GROUPINGS = ("index", "random")  # hier_bsp groups never look at speeds
 ENGINE_MODES = ("vmap", "map")
 
 
@@ -151,7 +152,10 @@ class SyncPolicy(BasePolicy):
 
     kind: ``bsp`` (barrier over all workers), ``asp`` (apply on arrival), ``ssp`` (clock gap <= ``staleness``),
     ``dssp`` (gap in [staleness_low, staleness_high], chosen per push by DSSP's controller), ``casp``
-    (communities: synchronous inside, asynchronous across; ``grouping`` says how communities are formed).
+    (communities: synchronous inside, asynchronous across; ``grouping`` says how communities are formed),
+    ``hier_bsp`` ([ours] BSP over all workers with its gradients aggregated in ``num_communities`` fixed groups, each
+    at its first worker: ``grouping`` ``index`` = contiguous blocks of worker indices, ``random`` = a seeded random
+    partition; speeds are never looked at).
     """
 
     kind: str = MISSING
@@ -176,6 +180,11 @@ class SyncPolicy(BasePolicy):
                              f"{self.staleness_low}, {self.staleness_high}")
         if self.grouping not in GROUPINGS:
             raise ValueError(f"policy.grouping must be one of {GROUPINGS}, got {self.grouping!r}")
+        if self.kind == "hier_bsp" and self.grouping not in HIER_GROUPINGS:
+            raise ValueError(f"policy.grouping must be one of {HIER_GROUPINGS} for kind hier_bsp (its groups ignore "
+                             f"speeds), got {self.grouping!r}")
+        if self.kind != "hier_bsp" and self.grouping == "index":
+            raise ValueError(f"policy.grouping 'index' is only for kind hier_bsp, got kind {self.kind!r}")
         if self.num_communities < 0 or self.action_levels < 2:
             raise ValueError("policy.num_communities must be >= 0 and policy.action_levels >= 2 (k = 1 and k = N)")
         _positive("policy.decision_every_steps", self.decision_every_steps)

@@ -19,7 +19,12 @@ Every synchronisation mechanism is a partition of the workers into *groups* plus
   member, or to the leader, which broadcasts them to the other members);
 * BSP = one group of all workers aggregated at the PS; ASP = singleton groups; SSP/DSSP = singletons with a gate
   that holds a worker's reply while it is too far ahead; CASP = communities aggregated at a leader, asynchronous
-  across communities, re-formed by a grouper (A3C, k-means, prior or random) every decision interval.
+  across communities, re-formed by a grouper (A3C, k-means, prior or random) every decision interval;
+  hier_bsp [ours] = one group of all workers whose gradients are aggregated in fixed *units* (blocks of worker
+  indices), each at the unit's first worker, which pushes one message per round and broadcasts the parameters it
+  pulls to its unit. A group's aggregation units are the grouper's choice (:meth:`Grouper.units`; one unit = the
+  whole group by default), and so is each unit's leader (:meth:`Grouper.leader`; by default the member with the
+  least EWMA iteration time).
 
 A new partition takes effect at round boundaries: a group that is not in the new partition finishes its round
 (each of its gradients is applied exactly once), then its members wait until every member of their new group is
@@ -62,17 +67,31 @@ class Grad:
 
 @dataclass
 class Group:
+    """Workers whose gradients the PS applies together, once per round. With ``via_leader`` the gradients are first
+    aggregated per unit (``units[i]``, at ``leaders[i]``), and each unit's leader pushes one message per round."""
+
     members: list[int]
-    leader: int
+    units: list[list[int]]
+    leaders: list[int]
     via_leader: bool
-    buffer: list[Grad] = field(default_factory=list)  # at the leader
     ps_buffer: list[Grad] = field(default_factory=list)  # at the PS
     rounds: int = 0
     dissolve: bool = False
+    buffers: list[list[Grad]] = field(init=False)  # per unit, at its leader
+    unit_of: dict[int, int] = field(init=False)  # member -> index of its unit
+
+    def __post_init__(self) -> None:
+        self.buffers = [[] for _ in self.units]
+        self.unit_of = {m: i for i, u in enumerate(self.units) for m in u}
 
     @property
     def key(self) -> tuple[int, ...]:
         return tuple(self.members)
+
+    @property
+    def leader(self) -> int:
+        """The leader of the first unit (the only one unless the grouper splits groups into units)."""
+        return self.leaders[0]
 
 
 class Link:
@@ -119,7 +138,8 @@ class Gate:
 
 
 class Grouper:
-    """Partition policy: the initial groups and, for adaptive policies, a new partition at each decision."""
+    """Partition policy: the initial groups and, for adaptive policies, a new partition at each decision; and, for
+    ``via_leader`` policies, the aggregation units of a group and the leader of each unit."""
 
     via_leader: bool = False
     decides: bool = False
@@ -129,6 +149,14 @@ class Grouper:
 
     def decide(self, sim: PSSim) -> list[list[int]] | None:
         return None
+
+    def units(self, sim: PSSim, members: list[int]) -> list[list[int]]:
+        """Aggregation units of a group (``members`` sorted): by default one, the whole group."""
+        return [members]
+
+    def leader(self, sim: PSSim, unit: list[int]) -> int:
+        """The unit's aggregator: by default the member with the least EWMA iteration time (ties: lowest index)."""
+        return min(unit, key=lambda m: (sim.ewma[m], m))
 
 
 @dataclass
@@ -283,8 +311,12 @@ class PSSim:
 
     def _new_group(self, members: Sequence[int]) -> Group:
         ms = sorted(int(m) for m in members)
-        leader = min(ms, key=lambda m: (self.ewma[m], m))
-        g = Group(ms, leader, self.grouper.via_leader and len(ms) > 1)
+        via = self.grouper.via_leader and len(ms) > 1
+        units = self.grouper.units(self, ms) if via else [ms]
+        if sorted(m for u in units for m in u) != ms:
+            raise ValueError(f"{self.label}: aggregation units {units} do not cover group {ms} exactly once")
+        units = [sorted(int(m) for m in u) for u in units]
+        g = Group(ms, units, [self.grouper.leader(self, u) for u in units], via)
         self.groups.append(g)
         for m in ms:
             self.group_of[m] = g
@@ -309,18 +341,20 @@ class PSSim:
         self.idle_since[w] = self.now
         grp = self.group_of[w]
         if grp.via_leader:
-            if w == grp.leader:
-                self._leader_collect(grp, g)
+            u = grp.unit_of[w]
+            if w == grp.leaders[u]:
+                self._leader_collect(grp, u, g)
             else:
-                self._send(w, grp.leader, self.msg_bytes, self._leader_collect, (grp, g))
+                self._send(w, grp.leaders[u], self.msg_bytes, self._leader_collect, (grp, u, g))
         else:
             self._send(w, PS, self.msg_bytes, self._ps_receive, (grp, [g]), needs=(g.ticket,))
 
-    def _leader_collect(self, grp: Group, g: Grad) -> None:
-        grp.buffer.append(g)
-        if len(grp.buffer) == len(grp.members):
-            grads, grp.buffer = grp.buffer, []
-            self._send(grp.leader, PS, self.msg_bytes, self._ps_receive, (grp, grads),
+    def _leader_collect(self, grp: Group, u: int, g: Grad) -> None:
+        """Unit ``u``'s leader holds ``g``; once it has its whole unit's gradients it pushes one aggregate."""
+        grp.buffers[u].append(g)
+        if len(grp.buffers[u]) == len(grp.units[u]):
+            grads, grp.buffers[u] = grp.buffers[u], []
+            self._send(grp.leaders[u], PS, self.msg_bytes, self._ps_receive, (grp, grads),
                        needs=tuple(x.ticket for x in grads))
 
     def _ps_receive(self, grp: Group, grads: list[Grad]) -> None:
@@ -370,7 +404,8 @@ class PSSim:
             self._start_pending()
             return
         if grp.via_leader:
-            self._send(PS, grp.leader, self.msg_bytes, self._leader_params, (grp, self.w, self.version))
+            for u, leader in enumerate(grp.leaders):
+                self._send(PS, leader, self.msg_bytes, self._leader_params, (grp, u, self.w, self.version))
             return
         for m in grp.members:
             if self.gate.may_proceed(self, m):
@@ -382,11 +417,13 @@ class PSSim:
                 self.held.discard(m)
                 self._send(PS, m, self.msg_bytes, self._begin, (m, self.w, self.version))
 
-    def _leader_params(self, grp: Group, w: np.ndarray, version: int) -> None:
-        self._begin(grp.leader, w, version)
-        for m in grp.members:
-            if m != grp.leader:
-                self._send(grp.leader, m, self.msg_bytes, self._begin, (m, w, version))
+    def _leader_params(self, grp: Group, u: int, w: np.ndarray, version: int) -> None:
+        """Unit ``u``'s leader received the parameters: it starts its next iteration and forwards them to its unit."""
+        leader = grp.leaders[u]
+        self._begin(leader, w, version)
+        for m in grp.units[u]:
+            if m != leader:
+                self._send(leader, m, self.msg_bytes, self._begin, (m, w, version))
 
     # ------------------------------------------------------------------------------------------- regrouping
     def set_partition(self, groups: Sequence[Sequence[int]]) -> None:
@@ -406,8 +443,11 @@ class PSSim:
         for key in self.pending_groups:
             if all(m in self.free for m in key):
                 g = self._new_group(key)
-                self._send(PS, g.leader, self.msg_bytes, self._leader_params if g.via_leader else self._begin,
-                           (g, self.w, self.version) if g.via_leader else (g.leader, self.w, self.version))
+                if g.via_leader:
+                    for u, leader in enumerate(g.leaders):
+                        self._send(PS, leader, self.msg_bytes, self._leader_params, (g, u, self.w, self.version))
+                else:
+                    self._send(PS, g.leader, self.msg_bytes, self._begin, (g.leader, self.w, self.version))
             else:
                 still.append(key)
         self.pending_groups = still

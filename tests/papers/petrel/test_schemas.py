@@ -47,6 +47,7 @@ def test_bad_params_rejected_at_compose(override, match):
     ("policy.kind=gossip", "policy.kind"),
     ("policy.staleness=-1", "staleness"),
     ("policy.grouping=spectral", "grouping"),
+    ("policy.grouping=index", "only for kind hier_bsp"),
     ("policy.a3c.episodes=0", "episodes"),
     ("policy.a3c.gamma=2", "gamma"),
 ])
