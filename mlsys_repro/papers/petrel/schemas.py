@@ -28,13 +28,18 @@ def _prob(name: str, x: float) -> None:
 
 @dataclass
 class PSClusterHardware(BaseHardware):
-    """A heterogeneous parameter-server cluster: N workers in speed classes, one PS, FIFO NICs.
+    """A heterogeneous parameter-server cluster: N workers in speed classes, a PS tier of ``ps_shards`` servers,
+    FIFO NICs.
 
     One iteration of worker ``w`` takes ``base_step_s / class_speeds[class(w)]`` seconds, times per-iteration
     log-normal noise, a transient straggler slowdown and a persistent regime (see
     :mod:`mlsys_repro.papers.petrel.hardware`). ``prior_communities`` is the number of similarity groups known before
     training (e.g. GPU types); it is how CASP forms its first communities and the community count of the fixed-community
     ablation.
+
+    [ours, issue #50] ``ps_shards`` = S parameter servers, each holding 1/S of the parameter vector behind its own
+    NIC of ``ps_bandwidth_gbps``: every PS-tier message is split evenly over the S NICs (S = 1: a single PS
+    NIC).
     """
 
     kind: str = "ps_cluster"
@@ -50,7 +55,8 @@ class PSClusterHardware(BaseHardware):
     straggler_slowdown: float = 2.0
     regime_shift_prob: float = 0.0002
     regime_shift_factor: float = 2.3
-    ps_bandwidth_gbps: float = 1.0
+    ps_bandwidth_gbps: float = 1.0  # per PS NIC (each of the ps_shards servers has one)
+    ps_shards: int = 1  # [ours] parameter servers the parameters are split over evenly; 1 = one PS NIC
     worker_bandwidth_gbps: float = 1.0
     latency_us: float = 50.0
     header_bytes: int = 64
@@ -94,6 +100,8 @@ class PSClusterHardware(BaseHardware):
             raise ValueError("hardware.straggler_slowdown and hardware.regime_shift_factor must be >= 1, got "
                              f"{self.straggler_slowdown} and {self.regime_shift_factor}")
         _positive("hardware.ps_bandwidth_gbps", self.ps_bandwidth_gbps)
+        if not (isinstance(self.ps_shards, int) and self.ps_shards >= 1):
+            raise ValueError(f"hardware.ps_shards must be an integer >= 1 (parameter servers), got {self.ps_shards!r}")
         _positive("hardware.worker_bandwidth_gbps", self.worker_bandwidth_gbps)
         if not (math.isfinite(self.latency_us) and self.latency_us >= 0):
             raise ValueError(f"hardware.latency_us must be >= 0, got {self.latency_us}")

@@ -6,10 +6,25 @@ message crosses FIFO NICs (sender egress and receiver ingress, ``latency + bytes
 actual payload (``4 * P`` float32 bytes plus a header), or the payload of a realistic model (``hardware.payload_bytes``,
 from :mod:`mlsys_repro.common.timing`) while the numerics train the small proxy.
 
-Traffic is counted per tier: the *PS tier* (pushes and pulls through the PS NIC) and the *leader tier* (member <->
-community-leader messages between workers). Every message belongs to exactly one tier; its bytes are counted when
-it leaves the sender's egress link and again when it arrives at the receiver, so per tier ``sent = arrived +
-in flight`` (tested).
+Traffic is counted per tier: the *PS tier* (pushes and pulls through the PS NICs) and the *leader tier* (member <->
+leader messages between workers). Every message belongs to exactly one tier; its bytes are counted when it leaves
+the sender's egress link and again when it arrives at the receiver, so per tier ``sent = arrived + in flight``
+(tested). *Wire bytes* (:attr:`PSSim.wire_bytes`, ``wire_bytes_to_target``) count every message once, whichever
+tier: PS-tier bytes plus leader-tier bytes; they equal the PS-tier bytes for mechanisms without leaders (BSP, ASP,
+SSP, DSSP) and exceed them when gradients are aggregated at workers (CASP, hier_bsp).
+
+PS sharding [ours, issue #50]: the PS tier is ``hw.ps_shards`` = S parameter servers, each holding 1/S of the
+parameter vector behind its own NIC (one :class:`Link` per direction, all in a :class:`LinkBank`). A PS-tier message
+of ``b`` bytes (a push or a pull, of a worker or a leader) is split into S parts of ``b / S`` bytes (the remainder
+spread one byte at a time over the first parts; headers are not duplicated), part ``s`` crossing PS NIC ``s``; the
+worker's NIC sends (or receives) the parts one after another, each part holds its two links like any transfer, and
+the message is delivered when its last part has arrived. So each PS NIC carries 1/S of the PS-tier bytes and a
+burst of ``m`` equal messages through the PS tier takes ``(m + S - 1) / S`` single-NIC message times instead of
+``m`` (parts pipeline over the S NICs; the ``(S - 1) / S`` is the pipeline filling, which an ideal fluid split
+would not pay), while one isolated message still takes one message time at equal NIC rates (the worker's NIC is
+then the bottleneck). As every transfer here holds both its links at the slower one's rate, an isolated message is
+not faster with S either when the worker NICs are faster than the PS NICs (a fluid split would take 1/S of the
+time). S = 1 is the single-PS model, operation for operation.
 
 Every synchronisation mechanism is a partition of the workers into *groups* plus an optional *gate*:
 
@@ -103,6 +118,38 @@ class Link:
         self.bw, self.free_at, self.busy, self.bytes = bw, 0.0, 0.0, 0
 
 
+class LinkBank:
+    """One direction of the PS tier: one :class:`Link` per parameter server (``links[s]``).
+
+    Read as a whole it is one link of the summed rate: ``bytes`` = bytes over all its links, ``bw`` = their summed
+    rate, ``busy`` = the mean busy seconds per link (so ``busy / elapsed`` is a utilisation in [0, 1]). With one
+    server these are that link's own values."""
+
+    __slots__ = ("links",)
+
+    def __init__(self, shards: int, bw: float):
+        self.links = [Link(bw) for _ in range(shards)]
+
+    @property
+    def bytes(self) -> int:
+        return sum(lk.bytes for lk in self.links)
+
+    @property
+    def bw(self) -> float:
+        return sum(lk.bw for lk in self.links)
+
+    @property
+    def busy(self) -> float:
+        return sum(lk.busy for lk in self.links) / len(self.links)
+
+
+def shard_bytes(nbytes: int, shards: int) -> list[int]:
+    """``nbytes`` split over ``shards`` parameter servers: equal parts, the remainder one byte each to the first
+    parts; parts of zero bytes are dropped (a message smaller than ``shards`` bytes)."""
+    q, r = divmod(int(nbytes), shards)
+    return [q + (s < r) for s in range(shards) if q + (s < r) > 0]
+
+
 class ShardSampler:
     """IID shards of the training set, one per worker; each worker walks epochs of its shard in random order."""
 
@@ -192,7 +239,9 @@ class PSSim:
         self.compute = ComputeModel(hw, seed, batch_size)
         self.sampler = ShardSampler(engine.task.n_train, n, batch_size, seed)
         self.latency = hw.latency_us * 1e-6
-        self.ps_in, self.ps_out = Link(hw.ps_bandwidth_gbps * 1e9), Link(hw.ps_bandwidth_gbps * 1e9)
+        self.ps_shards = hw.ps_shards
+        self.ps_in = LinkBank(hw.ps_shards, hw.ps_bandwidth_gbps * 1e9)
+        self.ps_out = LinkBank(hw.ps_shards, hw.ps_bandwidth_gbps * 1e9)
         self.w_in = [Link(hw.worker_bandwidth_gbps * 1e9) for _ in range(n)]
         self.w_out = [Link(hw.worker_bandwidth_gbps * 1e9) for _ in range(n)]
         # a gradient or a parameter vector (the proxy's, or a realistic model's payload), plus header
@@ -262,8 +311,23 @@ class PSSim:
     # ------------------------------------------------------------------------------------------- network
     def _send(self, src: int, dst: int, nbytes: int, fn: Callable, args: tuple,
               needs: Sequence[Ticket] | None = None) -> None:
-        out = self.ps_out if src == PS else self.w_out[src]
-        inn = self.ps_in if dst == PS else self.w_in[dst]
+        """Send one message; ``fn(*args)`` runs when it has arrived (its last part, for a PS-tier message)."""
+        tier = "ps" if PS in (src, dst) else "leader"
+        if tier == "leader":
+            end = self._transfer(self.w_out[src], self.w_in[dst], nbytes)
+        else:
+            end = self.now
+            for s, part in enumerate(shard_bytes(nbytes, self.ps_shards)):
+                out = self.ps_out.links[s] if src == PS else self.w_out[src]
+                inn = self.ps_in.links[s] if dst == PS else self.w_in[dst]
+                end = max(end, self._transfer(out, inn, part))
+        self.bytes_sent += nbytes
+        self.bytes_in_flight += nbytes
+        self.tier_sent[tier] += nbytes
+        self._push(end + self.latency, self._deliver, (nbytes, tier, fn, args), needs)
+
+    def _transfer(self, out: Link, inn: Link, nbytes: int) -> float:
+        """Hold egress ``out`` and ingress ``inn`` (FIFO) for ``nbytes`` at the slower one's rate; its end time."""
         dur = nbytes * 8.0 / min(out.bw, inn.bw)
         start = max(self.now, out.free_at, inn.free_at)
         out.free_at = inn.free_at = start + dur
@@ -271,11 +335,7 @@ class PSSim:
         inn.busy += dur
         out.bytes += nbytes
         inn.bytes += nbytes
-        self.bytes_sent += nbytes
-        self.bytes_in_flight += nbytes
-        tier = "ps" if PS in (src, dst) else "leader"
-        self.tier_sent[tier] += nbytes
-        self._push(start + dur + self.latency, self._deliver, (nbytes, tier, fn, args), needs)
+        return start + dur
 
     def _deliver(self, nbytes: int, tier: str, fn: Callable, args: tuple) -> None:
         self.bytes_in_flight -= nbytes

@@ -23,6 +23,7 @@ HEADLINE = ["experiment=petrel/heterogeneity", "profile=smoke"]
     ("hardware.base_step_s=0", "base_step_s"),
     ("hardware.num_workers=eight", "num_workers"),
     ("hardware.bandwidth=3", "bandwidth"),
+    ("hardware.ps_shards=0", "ps_shards"),
 ])
 def test_bad_hardware_rejected_at_compose(override, match):
     with pytest.raises(ConfigError, match=match):
