@@ -39,7 +39,9 @@ class PSClusterHardware(BaseHardware):
 
     [ours, issue #50] ``ps_shards`` = S parameter servers, each holding 1/S of the parameter vector behind its own
     NIC of ``ps_bandwidth_gbps``: every PS-tier message is split evenly over the S NICs (S = 1: a single PS
-    NIC).
+    NIC). ``permute_speeds_at_steps`` (None: never) makes the cluster non-stationary: at that simulated time (in
+    units of ``base_step_s``) the workers' speed classes are permuted by a seeded permutation, so any partition
+    fixed at the start groups mismatched speeds afterwards (see :mod:`mlsys_repro.papers.petrel.hardware`).
     """
 
     kind: str = "ps_cluster"
@@ -57,6 +59,7 @@ class PSClusterHardware(BaseHardware):
     regime_shift_factor: float = 2.3
     ps_bandwidth_gbps: float = 1.0  # per PS NIC (each of the ps_shards servers has one)
     ps_shards: int = 1  # [ours] parameter servers the parameters are split over evenly; 1 = one PS NIC
+    permute_speeds_at_steps: float | None = None  # [ours] permute the speed classes at this time (base steps)
     worker_bandwidth_gbps: float = 1.0
     latency_us: float = 50.0
     header_bytes: int = 64
@@ -102,6 +105,10 @@ class PSClusterHardware(BaseHardware):
         _positive("hardware.ps_bandwidth_gbps", self.ps_bandwidth_gbps)
         if not (isinstance(self.ps_shards, int) and self.ps_shards >= 1):
             raise ValueError(f"hardware.ps_shards must be an integer >= 1 (parameter servers), got {self.ps_shards!r}")
+        if self.permute_speeds_at_steps is not None and not (math.isfinite(self.permute_speeds_at_steps)
+                                                             and self.permute_speeds_at_steps >= 0):
+            raise ValueError("hardware.permute_speeds_at_steps must be None (never) or a time >= 0 in base steps, "
+                             f"got {self.permute_speeds_at_steps!r}")
         _positive("hardware.worker_bandwidth_gbps", self.worker_bandwidth_gbps)
         if not (math.isfinite(self.latency_us) and self.latency_us >= 0):
             raise ValueError(f"hardware.latency_us must be >= 0, got {self.latency_us}")

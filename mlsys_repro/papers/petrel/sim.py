@@ -78,6 +78,7 @@ class Grad:
     compute_s: float
     gap: int
     applied_version: int = -1  # PS version this gradient produced (set when applied)
+    start_s: float = 0.0  # simulated time its computation started
 
 
 @dataclass
@@ -385,9 +386,9 @@ class PSSim:
 
     def _begin(self, w: int, params: np.ndarray, version: int) -> None:
         gap = int(self.clock[w] - self.clock.min())
-        d = self.compute.step_time(w)
+        d = self.compute.step_time(w, self.now)
         tk = self.engine.request(params, self.sampler.next(w))
-        g = Grad(self.next_gid, w, int(self.iters[w]), version, tk, d, gap)
+        g = Grad(self.next_gid, w, int(self.iters[w]), version, tk, d, gap, start_s=self.now)
         self.next_gid += 1
         self.iters[w] += 1
         self.idle_time[w] += self.now - self.idle_since[w]

@@ -24,6 +24,7 @@ HEADLINE = ["experiment=petrel/heterogeneity", "profile=smoke"]
     ("hardware.num_workers=eight", "num_workers"),
     ("hardware.bandwidth=3", "bandwidth"),
     ("hardware.ps_shards=0", "ps_shards"),
+    ("hardware.permute_speeds_at_steps=-1", "permute_speeds_at_steps"),
 ])
 def test_bad_hardware_rejected_at_compose(override, match):
     with pytest.raises(ConfigError, match=match):
