@@ -3,8 +3,9 @@
 * :func:`model_tables`: per model and partition candidate, the segment latencies on each device class (from the
   calibrated per-layer regressors), cut bytes, memory and weights; candidates are the prefix cuts plus the DADS
   min-cut sets for every (model, edge site) pair with the cloud as back end.
-* :func:`env_params`: nodes, links, hourly price / renewable power / carbon of each node's region for one year,
-  the job arrival rate shaped by the building-load profile, and the reward normalisers.
+* :func:`env_params`: nodes, links (FIFO WAN links when ``hw.link_fifo``), hourly price / renewable power / carbon
+  of each node's region for one year, the job arrival rate shaped by the building-load profile, and the reward
+  normalisers.
 """
 
 from __future__ import annotations
@@ -204,7 +205,8 @@ def env_params(hw: EdgeCloudHardware, traces: EnergyTraces, tables: ModelTables,
         cold_start_s=f(hw.cold_start_s), keep_alive_s=f(hw.keep_alive_s), load_bps=f(hw.weight_load_gbps * GB / 8),
         w_energy=f(w_energy), c_norm=f(c_norm), t_norm=f(t_norm),
         reward_clip=f(p.reward_clip), reject_penalty=f(p.reject_penalty),
-        start_hours=f(start_hours, jnp.int32), episode_jobs=int(episode_jobs),
+        start_hours=f(start_hours, jnp.int32), link_fifo=jnp.asarray(bool(hw.link_fifo)),
+        episode_jobs=int(episode_jobs),
     )
 
 
