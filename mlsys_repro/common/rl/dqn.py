@@ -229,7 +229,7 @@ def linear_schedule(start: float, end: float, steps: int):
 
 
 __all__ = [
-    "BranchingQNetwork", "ConditionedBranchingQNetwork", "conditioned_greedy", "polyak", "top_k_explore", "DuelingQNetwork", "branch_double_q_target", "branch_epsilon_greedy",
-    "branch_td_loss", "double_q_target", "dueling", "epsilon_greedy", "linear_schedule", "sample_uniform",
-    "scale_gradient", "td_loss",
+    "BranchingQNetwork", "ConditionedBranchingQNetwork", "DuelingQNetwork", "branch_double_q_target",
+    "branch_epsilon_greedy", "branch_td_loss", "conditioned_greedy", "double_q_target", "dueling", "epsilon_greedy",
+    "linear_schedule", "polyak", "sample_uniform", "scale_gradient", "td_loss", "top_k_explore",
 ]
