@@ -217,7 +217,8 @@ def eval_start_hours(hours: int, episodes: int) -> np.ndarray:
 
 
 
-KNOBS = ("price_spread", "green_scale", "wan_scale", "load")
+KNOBS = ("price_spread", "green_scale", "wan_scale", "load", "contended_load")
+CONTENDED_WAN = 0.25  # contended regime [ours]: WAN x0.25 (12.5 Mbps, Neurosurgeon's LTE/Wi-Fi uplinks are 1-19)
 
 
 def vary(params: EnvParams, knob: str, value: float) -> EnvParams:
@@ -226,12 +227,16 @@ def vary(params: EnvParams, knob: str, value: float) -> EnvParams:
     * ``price_spread``: each node's hourly price stretched about its yearly mean by ``value``;
     * ``green_scale``: renewable capacity times ``value``;
     * ``wan_scale``: edge <-> cloud bandwidth times ``value``;
-    * ``load``: job arrival rate times ``value``.
+    * ``load``: job arrival rate times ``value``;
+    * ``contended_load`` [ours]: the contended regime at arrival rate times ``value``: one FIFO uplink and downlink
+      per site (``link_fifo``) at ``CONTENDED_WAN`` times the WAN bandwidth, so a job's transfers wait for the
+      jobs before it and a placement changes later jobs' JCT (``value = 1`` is the contended regime itself).
     """
     if knob not in KNOBS:
         raise KeyError(f"unknown headroom knob {knob!r}; known {KNOBS}")
-    if not value >= 0 or (knob in ("wan_scale", "load") and value <= 0):
-        raise ValueError(f"{knob} must be {'> 0' if knob in ('wan_scale', 'load') else '>= 0'}, got {value}")
+    positive = ("wan_scale", "load", "contended_load")
+    if not value >= 0 or (knob in positive and value <= 0):
+        raise ValueError(f"{knob} must be {'> 0' if knob in positive else '>= 0'}, got {value}")
     v = jnp.float32(value)
     if knob == "price_spread":
         mean = params.price.mean(0, keepdims=True)
@@ -240,6 +245,9 @@ def vary(params: EnvParams, knob: str, value: float) -> EnvParams:
         return params.replace(green_kw=params.green_kw * v)
     if knob == "load":
         return params.replace(rate=params.rate * v)
+    if knob == "contended_load":
+        slow = vary(params, "wan_scale", CONTENDED_WAN)
+        return slow.replace(rate=params.rate * v, link_fifo=jnp.asarray(True))
     n = params.dev.shape[0]
     is_cloud = jnp.arange(n) == params.cloud
     wan = is_cloud[:, None] != is_cloud[None, :]

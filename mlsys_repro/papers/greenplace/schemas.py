@@ -205,9 +205,10 @@ class PlacementParams:
                   curve_jobs=self.curve_jobs)
         if self.train_iterations < 0:
             raise ValueError("train_iterations must be >= 0")
-        bad = [k for k in self.headroom if k not in ("price_spread", "green_scale", "wan_scale", "load")]
+        knobs = ("price_spread", "green_scale", "wan_scale", "load", "contended_load")
+        bad = [k for k in self.headroom if k not in knobs]
         if bad:
-            raise ValueError(f"unknown headroom knobs {bad}; known price_spread, green_scale, wan_scale, load")
+            raise ValueError(f"unknown headroom knobs {bad}; known {', '.join(knobs)}")
         if self.train_year == self.eval_year:
             raise ValueError("train_year and eval_year must differ (evaluation is on unseen data)")
 
