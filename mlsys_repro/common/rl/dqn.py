@@ -62,10 +62,13 @@ class BranchingQNetwork(nnx.Module):
 class ConditionedBranchingQNetwork(nnx.Module):
     """BDQ whose non-root branches are conditioned on the root choice (autoregressive branches).
 
-    Branch d >= 1 scores its choices given root choice ``c``: its head reads the torso features, ``one_hot(c)`` and,
-    with ``tables``, row ``c`` of a per-(root, choice) feature table carried in the observation's last
-    ``sum_{d>=1} A0 * A_d`` columns (one row-major [A0, A_d] block per branch, in branch order). So "the best node
-    depends on the cut" is expressible, which additive branches (:class:`BranchingQNetwork`) cannot do.
+    Branch d >= 1 scores its choices given root choice ``c``: its head reads the torso features and ``one_hot(c)``.
+    With ``tables``, the observation's last ``A0 + sum_{d>=1} A0 * A_d`` columns are per-choice features: one
+    value per root choice, then one row-major [A0, A_d] block per other branch (a value per (root, choice)). Each
+    branch then also reads its row (the root's table, or row ``c`` of its block), both as head input and through a
+    per-choice term ``g_d(x_j)`` added to choice j's advantage (a small MLP applied to every choice's value alike:
+    the same feature means the same thing for every choice). So "the best node depends on the cut" is expressible,
+    which additive branches (:class:`BranchingQNetwork`) cannot do.
 
     ``net(obs, root)`` returns ``(q0 [..., A0], q1 [..., A1], ...)``: the root branch and the other branches
     given ``root`` (int [...]); ``net.root_values(obs)`` is ``q0`` alone (the greedy root needs nothing else).
@@ -74,10 +77,10 @@ class ConditionedBranchingQNetwork(nnx.Module):
 
     def __init__(self, obs_dim: int, branch_sizes: Sequence[int], rngs: nnx.Rngs,
                  torso: Sequence[int] = (256, 256), head_hidden: int = 128, tables: bool = False,
-                 scale_torso_grad: bool = True):
+                 scale_torso_grad: bool = True, choice_hidden: int = 16):
         self.branch_sizes = tuple(int(n) for n in branch_sizes)
         a0, rest = self.branch_sizes[0], self.branch_sizes[1:]
-        self.table_cols = sum(a0 * n for n in rest) if tables else 0
+        self.table_cols = (a0 + sum(a0 * n for n in rest)) if tables else 0
         if self.table_cols >= obs_dim:
             raise ValueError(f"observation of {obs_dim} columns cannot hold {self.table_cols} table columns")
         self.tables = bool(tables)
@@ -87,29 +90,39 @@ class ConditionedBranchingQNetwork(nnx.Module):
         self.root = MLP((torso[-1], head_hidden, a0), rngs)
         self.branches = nnx.List([MLP((torso[-1] + a0 + (n if tables else 0), head_hidden, n), rngs)
                                   for n in rest])
+        self.choice = nnx.List([MLP((1, choice_hidden, 1), rngs) for _ in self.branch_sizes]) if tables else None
         self.torso_scale = 1.0 / (len(self.branch_sizes) + 1) if scale_torso_grad else 1.0
 
     def _trunk(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         h = scale_gradient(self.torso(obs), self.torso_scale)
         return h, self.value(h)
 
+    def _per_choice(self, d: int, x: jax.Array) -> jax.Array:
+        return self.choice[d](x[..., None])[..., 0]
+
     def root_values(self, obs: jax.Array) -> jax.Array:
         h, v = self._trunk(obs)
-        return dueling(v, self.root(h))
+        adv = self.root(h)
+        if self.tables:
+            off = self.obs_dim - self.table_cols
+            adv = adv + self._per_choice(0, obs[..., off:off + self.branch_sizes[0]])
+        return dueling(v, adv)
 
     def __call__(self, obs: jax.Array, root: jax.Array) -> tuple[jax.Array, ...]:
         h, v = self._trunk(obs)
         a0 = self.branch_sizes[0]
-        out = [dueling(v, self.root(h))]
+        out = [self.root_values(obs)]
         onehot = jax.nn.one_hot(root, a0, dtype=h.dtype)
-        off = self.obs_dim - self.table_cols
-        for n, head in zip(self.branch_sizes[1:], self.branches, strict=True):
-            parts = [h, onehot]
+        off = self.obs_dim - self.table_cols + a0
+        for d, (n, head) in enumerate(zip(self.branch_sizes[1:], self.branches, strict=True), start=1):
             if self.tables:
                 tab = obs[..., off:off + a0 * n].reshape(*obs.shape[:-1], a0, n)
-                parts.append(jnp.take_along_axis(tab, root[..., None, None].astype(jnp.int32), -2)[..., 0, :])
+                row = jnp.take_along_axis(tab, root[..., None, None].astype(jnp.int32), -2)[..., 0, :]
+                adv = head(jnp.concatenate([h, onehot, row], -1)) + self._per_choice(d, row)
                 off += a0 * n
-            out.append(dueling(v, head(jnp.concatenate(parts, -1))))
+            else:
+                adv = head(jnp.concatenate([h, onehot], -1))
+            out.append(dueling(v, adv))
         return tuple(out)
 
 

@@ -99,19 +99,24 @@ def predicted_objective(state: EnvState, params: EnvParams) -> tuple[jax.Array, 
 
 
 def table_size(params: EnvParams) -> int:
-    """Columns :func:`action_tables` appends: C + 2 * C * N."""
+    """Columns :func:`action_tables` appends: 1 + C + 2 * C * N."""
     c, n = int(params.cand_ok.shape[1]), int(params.dev.shape[0])
-    return c + 2 * c * n
+    return 1 + c + 2 * c * n
 
 
 def action_tables(pred: jax.Array, valid: jax.Array, params: EnvParams) -> jax.Array:
     """Per-action predictions in the layout the root-conditioned BDQ reads
     (:class:`mlsys_repro.common.rl.dqn.ConditionedBranchingQNetwork`, ``tables=True``), flat float32
-    [C + 2 C N]: the best predicted objective per cut [C], then per (cut, front node) over back nodes [C, N], then
-    per (cut, back node) over front nodes [C, N]. Values are ``symlog(clip(objective, +-reward_clip))``; a
-    combination with no valid action reads as the clip value (the worst)."""
+    [1 + C + 2 C N]: the best predicted objective of any valid action (``symlog``), then each choice's *regret*
+    (its best predicted objective minus that best, ``log1p``): per cut [C], per (cut, front node) over back nodes
+    [C, N], per (cut, back node) over front nodes [C, N]. Objectives are clipped at +-reward_clip first; a
+    combination with no valid action reads as the largest regret (``2 * reward_clip``). Regret 0 marks myopic's
+    choice; an agent learns what the one-job prediction leaves out."""
     c, n = int(params.cand_ok.shape[1]), int(params.dev.shape[0])
     clip = params.reward_clip
-    t = jnp.where(valid, jnp.clip(pred, -clip, clip), clip).reshape(c, n, n)
-    f = lambda x: symlog(x) / 3.0  # noqa: E731  (symlog(10) = 2.4: inputs of order 1)
-    return jnp.concatenate([f(t.min((1, 2))), f(t.min(2)).reshape(-1), f(t.min(1)).reshape(-1)]).astype(jnp.float32)
+    obj = jnp.where(valid, jnp.clip(pred, -clip, clip), jnp.inf)
+    best = jnp.where(valid.any(), obj.min(), clip)
+    t = obj.reshape(c, n, n)
+    f = lambda x: jnp.log1p(jnp.minimum(x - best, 2.0 * clip))  # noqa: E731  (inf -> the largest regret)
+    return jnp.concatenate([symlog(best)[None], f(t.min((1, 2))), f(t.min(2)).reshape(-1),
+                            f(t.min(1)).reshape(-1)]).astype(jnp.float32)

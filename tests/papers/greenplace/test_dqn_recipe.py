@@ -24,7 +24,7 @@ ENV = PlacementEnv()
 
 
 def _net(tables=True):
-    # 3 roots, branches of 2 and 4 choices; tables: 3*2 + 3*4 = 18 trailing columns of a 25-column observation
+    # 3 roots, branches of 2 and 4 choices; tables: 3 + 3*2 + 3*4 = 21 trailing columns of a 25-column observation
     return ConditionedBranchingQNetwork(25, (3, 2, 4), nnx.Rngs(0), torso=(16,), head_hidden=8, tables=tables)
 
 
@@ -34,25 +34,40 @@ def test_conditioned_branches_read_only_their_roots_table_row():
     q = net(obs, jnp.int32(1))
     assert [x.shape for x in q] == [(3,), (2,), (4,)]
     assert np.allclose(q[0], net.root_values(obs))
-    # branch 1's table is columns 7..12 ([3, 2] row-major), branch 2's columns 13..24 ([3, 4]); with the torso
-    # blind to the tables, a branch's values move only with its own root's row
+    # columns 4..6: the root's table; 7..12 branch 1's ([3, 2] row-major); 13..24 branch 2's ([3, 4]). With the
+    # torso blind to the tables, a branch's values move only with its own root's row
     k = net.torso.layers[0].kernel
-    k.set_value(k.get_value().at[7:].set(0.0))
+    k.set_value(k.get_value().at[4:].set(0.0))
     q = net(obs, jnp.int32(1))
     other_row = obs.at[7 + 0 * 2].add(5.0).at[13 + 2 * 4 + 1].add(5.0)  # rows of roots 0 and 2
     own_row = obs.at[7 + 1 * 2].add(5.0)
     q_other = net(other_row, jnp.int32(1))
     assert np.allclose(q_other[1], q[1], atol=1e-6) and np.allclose(q_other[2], q[2], atol=1e-6)
+    assert np.allclose(q_other[0], q[0], atol=1e-6)  # the root reads only its own table
     assert not np.allclose(net(own_row, jnp.int32(1))[1], q[1])
+    assert not np.allclose(net(obs.at[5].add(5.0), jnp.int32(1))[0], q[0])
     # the root changes the branches' values (one-hot input), batched roots index their own rows
     assert not np.allclose(net(obs, jnp.int32(2))[1], q[1])
     qb = net(jnp.stack([obs, obs]), jnp.array([1, 2]))
     assert np.allclose(qb[1][0], q[1], atol=1e-6) and np.allclose(qb[1][1], net(obs, jnp.int32(2))[1], atol=1e-6)
 
 
+def test_the_per_choice_term_treats_every_choice_alike():
+    net = _net()
+    k = net.torso.layers[0].kernel
+    k.set_value(k.get_value().at[:].set(0.0))  # the heads' MLP parts are then the same for every state
+    base = jnp.zeros(25)
+    swapped = base.at[4].set(1.0)  # root choice 0 gets feature 1
+    moved = base.at[6].set(1.0)  # root choice 2 gets it
+    d0 = net.root_values(swapped) - net.root_values(base)
+    d2 = net.root_values(moved) - net.root_values(base)
+    # the same feature value shifts its own choice's advantage by the same amount (dueling re-centres the rest)
+    assert float(d0[0] - d0[1]) == pytest.approx(float(d2[2] - d2[1]), abs=1e-5)
+
+
 def test_conditioned_network_rejects_an_observation_too_small_for_its_tables():
     with pytest.raises(ValueError, match="table columns"):
-        ConditionedBranchingQNetwork(18, (3, 2, 4), nnx.Rngs(0), torso=(8,), head_hidden=4, tables=True)
+        ConditionedBranchingQNetwork(21, (3, 2, 4), nnx.Rngs(0), torso=(8,), head_hidden=4, tables=True)
 
 
 @settings(max_examples=25, deadline=None)
@@ -131,17 +146,21 @@ def test_both_reward_terms_are_clipped():
     assert float(info["objective"]) > 50  # the reported objective stays unclipped
 
 
-def test_action_tables_are_the_per_cut_and_per_node_minima_of_the_predictions():
+def test_action_tables_are_the_best_objective_and_the_regrets_per_cut_and_per_node():
     p = tiny_params()
     _, s = ENV.reset(jax.random.key(0), p)
     pred, valid = predicted_objective(s, p)
     tab = np.asarray(action_tables(pred, valid, p))
-    assert tab.shape == (table_size(p),) == (3 + 2 * 3 * 2,)
-    t = np.where(np.asarray(valid), np.clip(np.asarray(pred), -10, 10), 10.0).reshape(3, 2, 2)
-    f = lambda x: np.sign(x) * np.log1p(np.abs(x)) / 3.0  # noqa: E731
-    assert np.allclose(tab[:3], f(t.min((1, 2))), atol=1e-6)
-    assert np.allclose(tab[3:9], f(t.min(2)).reshape(-1), atol=1e-6)
-    assert np.allclose(tab[9:], f(t.min(1)).reshape(-1), atol=1e-6)
+    assert tab.shape == (table_size(p),) == (1 + 3 + 2 * 3 * 2,)
+    t = np.where(np.asarray(valid), np.clip(np.asarray(pred), -10, 10), np.inf).reshape(3, 2, 2)
+    best = t.min()
+    assert tab[0] == pytest.approx(np.sign(best) * np.log1p(abs(best)), rel=1e-5)
+    f = lambda x: np.log1p(np.minimum(x - best, 20.0))  # noqa: E731
+    assert np.allclose(tab[1:4], f(t.min((1, 2))), atol=1e-6)
+    assert np.allclose(tab[4:10], f(t.min(2)).reshape(-1), atol=1e-6)
+    assert np.allclose(tab[10:], f(t.min(1)).reshape(-1), atol=1e-6)
+    assert tab[1:4].min() == 0.0  # myopic's cut has no regret
+    assert np.isclose(tab[4:], np.log1p(20.0)).any()  # the pinned (empty-segment) combinations read as the worst
 
 
 def test_recipe_agent_observes_the_tables_and_explores_only_valid_actions():
