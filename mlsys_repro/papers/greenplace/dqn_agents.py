@@ -84,6 +84,7 @@ class DQNState:
     key: jax.Array
     updates: jax.Array
     iteration: jax.Array
+    act_on_target: bool = struct.field(pytree_node=False, default=False)
 
 
 def n_step_returns(window: Transition, gamma: float, n: int):
@@ -249,7 +250,8 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
                              jnp.zeros(()), jax.tree.map(lambda x: x[0], v_mask(env_state, params_env)))
         return DQNState(params=params, target=params, opt_state=tx.init(params),
                         buffer=replay_init(example, capacity), env_state=env_state, obs=obs, key=key,
-                        updates=jnp.zeros((), jnp.int32), iteration=jnp.zeros((), jnp.int32))
+                        updates=jnp.zeros((), jnp.int32), iteration=jnp.zeros((), jnp.int32),
+                        act_on_target=policy.act_on_target)
 
     def start(key, w_energy, env_params=env_params) -> DQNState:
         return init(key, env_params.replace(w_energy=jnp.asarray(w_energy, jnp.float32)))
@@ -278,5 +280,7 @@ def _reinit(key, x):
 
 
 def policy_params(ts: DQNState):
-    """What the greedy evaluation policy needs from a (possibly seed-batched) train state."""
-    return ts.params
+    """What the greedy evaluation policy needs from a (possibly seed-batched) train state: the online network, or
+    with ``act_on_target`` the target network (with soft updates, a Polyak average of the online one over the last
+    ~1/tau updates: the usual way to read a stable greedy policy off a noisy Q-learner)."""
+    return ts.target if ts.act_on_target else ts.params

@@ -105,6 +105,7 @@ class PlacementPolicy(BasePolicy):
     updates_per_iter: int = 2  # gradient steps per iteration (one iteration steps every training environment)
     n_step: int = 1  # n-step returns, read from windows of each environment's consecutive transitions
     target_tau: float = 0.0  # > 0: soft (Polyak) target update every step; 0: hard copy every target_period
+    act_on_target: bool = False  # the greedy (evaluated) policy reads the target network, a Polyak average
     explore: str = "uniform"  # epsilon draws: "uniform" over valid actions, or "top_k" of the predicted objective
     action_features: bool = False  # observation + per-action predicted objectives (features.action_tables)
     cut_conditioned: bool = False  # bdq: node branches conditioned on the chosen cut (autoregressive branches)
