@@ -59,6 +59,83 @@ class BranchingQNetwork(nnx.Module):
         return tuple(dueling(v, b(h)) for b in self.branches)
 
 
+class ConditionedBranchingQNetwork(nnx.Module):
+    """BDQ whose non-root branches are conditioned on the root choice (autoregressive branches).
+
+    Branch d >= 1 scores its choices given root choice ``c``: its head reads the torso features and ``one_hot(c)``.
+    With ``tables``, the observation's last ``A0 + sum_{d>=1} A0 * A_d`` columns are per-choice features: one
+    value per root choice, then one row-major [A0, A_d] block per other branch (a value per (root, choice)). Each
+    branch then also reads its row (the root's table, or row ``c`` of its block), both as head input and through a
+    per-choice term ``g_d(x_j)`` added to choice j's advantage (a small MLP applied to every choice's value alike:
+    the same feature means the same thing for every choice). So "the best node depends on the cut" is expressible,
+    which additive branches (:class:`BranchingQNetwork`) cannot do.
+
+    ``net(obs, root)`` returns ``(q0 [..., A0], q1 [..., A1], ...)``: the root branch and the other branches
+    given ``root`` (int [...]); ``net.root_values(obs)`` is ``q0`` alone (the greedy root needs nothing else).
+    Dueling per branch as in BDQ: ``Q_d = V + A_d - mean A_d``.
+    """
+
+    def __init__(self, obs_dim: int, branch_sizes: Sequence[int], rngs: nnx.Rngs,
+                 torso: Sequence[int] = (256, 256), head_hidden: int = 128, tables: bool = False,
+                 scale_torso_grad: bool = True, choice_hidden: int = 16):
+        self.branch_sizes = tuple(int(n) for n in branch_sizes)
+        a0, rest = self.branch_sizes[0], self.branch_sizes[1:]
+        self.table_cols = (a0 + sum(a0 * n for n in rest)) if tables else 0
+        if self.table_cols >= obs_dim:
+            raise ValueError(f"observation of {obs_dim} columns cannot hold {self.table_cols} table columns")
+        self.tables = bool(tables)
+        self.obs_dim = int(obs_dim)
+        self.torso = MLP((obs_dim, *torso), rngs, activate_last=True)
+        self.value = MLP((torso[-1], head_hidden, 1), rngs)
+        self.root = MLP((torso[-1], head_hidden, a0), rngs)
+        self.branches = nnx.List([MLP((torso[-1] + a0 + (n if tables else 0), head_hidden, n), rngs)
+                                  for n in rest])
+        self.choice = nnx.List([MLP((1, choice_hidden, 1), rngs) for _ in self.branch_sizes]) if tables else None
+        self.torso_scale = 1.0 / (len(self.branch_sizes) + 1) if scale_torso_grad else 1.0
+
+    def _trunk(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        h = scale_gradient(self.torso(obs), self.torso_scale)
+        return h, self.value(h)
+
+    def _per_choice(self, d: int, x: jax.Array) -> jax.Array:
+        return self.choice[d](x[..., None])[..., 0]
+
+    def root_values(self, obs: jax.Array) -> jax.Array:
+        h, v = self._trunk(obs)
+        adv = self.root(h)
+        if self.tables:
+            off = self.obs_dim - self.table_cols
+            adv = adv + self._per_choice(0, obs[..., off:off + self.branch_sizes[0]])
+        return dueling(v, adv)
+
+    def __call__(self, obs: jax.Array, root: jax.Array) -> tuple[jax.Array, ...]:
+        h, v = self._trunk(obs)
+        a0 = self.branch_sizes[0]
+        out = [self.root_values(obs)]
+        onehot = jax.nn.one_hot(root, a0, dtype=h.dtype)
+        off = self.obs_dim - self.table_cols + a0
+        for d, (n, head) in enumerate(zip(self.branch_sizes[1:], self.branches, strict=True), start=1):
+            if self.tables:
+                tab = obs[..., off:off + a0 * n].reshape(*obs.shape[:-1], a0, n)
+                row = jnp.take_along_axis(tab, root[..., None, None].astype(jnp.int32), -2)[..., 0, :]
+                adv = head(jnp.concatenate([h, onehot, row], -1)) + self._per_choice(d, row)
+                off += a0 * n
+            else:
+                adv = head(jnp.concatenate([h, onehot], -1))
+            out.append(dueling(v, adv))
+        return tuple(out)
+
+
+def conditioned_greedy(net: ConditionedBranchingQNetwork, obs: jax.Array, mask: BranchMask
+                       ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    """Greedy action of a root-conditioned BDQ for one state: the root among those that leave every other branch a
+    choice, then each branch given it. Returns (int32 [D], the branch values given that root)."""
+    a0 = masked_argmax(net.root_values(obs), effective_root(mask))
+    q = net(obs, a0)
+    rest = [masked_argmax(v, c[a0]) for v, c in zip(q[1:], mask.cond, strict=True)]
+    return jnp.stack([a0, *rest]).astype(jnp.int32), q
+
+
 class DuelingQNetwork(nnx.Module):
     """Flat dueling Q-network over ``num_actions`` joint actions (returns [..., num_actions])."""
 
@@ -136,6 +213,24 @@ def epsilon_greedy(key: jax.Array, q: jax.Array, mask: jax.Array, epsilon: jax.A
     return jnp.where(jax.random.uniform(k2) < epsilon, rand, masked_argmax(q, mask)).astype(jnp.int32)
 
 
+def top_k_explore(key: jax.Array, greedy: jax.Array, scores: jax.Array, valid: jax.Array, k: int,
+                  epsilon: jax.Array) -> jax.Array:
+    """Exploration restricted to promising actions: with probability ``epsilon`` a joint action drawn uniformly
+    from the ``k`` valid ones with the highest ``scores`` (flat [A], e.g. minus a model's predicted cost), else
+    ``greedy`` (flat index). Never returns an invalid action when ``greedy`` is valid; with fewer than ``k`` valid
+    actions only valid ones are drawn."""
+    k = min(int(k), int(scores.shape[-1]))
+    top, idx = jax.lax.top_k(jnp.where(valid, scores, -jnp.inf), k)
+    k1, k2 = jax.random.split(key)
+    pick = idx[jax.random.categorical(k1, jnp.where(jnp.isfinite(top), 0.0, -jnp.inf))]
+    return jnp.where(jax.random.uniform(k2) < epsilon, pick, greedy).astype(jnp.int32)
+
+
+def polyak(online, target, tau: float):
+    """Soft target update ``target <- tau * online + (1 - tau) * target`` (leaf-wise)."""
+    return jax.tree.map(lambda p, t: tau * p + (1.0 - tau) * t, online, target)
+
+
 def linear_schedule(start: float, end: float, steps: int):
     """t -> start + (end - start) * min(t / steps, 1)."""
 
@@ -147,7 +242,7 @@ def linear_schedule(start: float, end: float, steps: int):
 
 
 __all__ = [
-    "BranchingQNetwork", "DuelingQNetwork", "branch_double_q_target", "branch_epsilon_greedy",
-    "branch_td_loss", "double_q_target", "dueling", "epsilon_greedy", "linear_schedule", "sample_uniform",
-    "scale_gradient", "td_loss",
+    "BranchingQNetwork", "ConditionedBranchingQNetwork", "DuelingQNetwork", "branch_double_q_target",
+    "branch_epsilon_greedy", "branch_td_loss", "conditioned_greedy", "double_q_target", "dueling", "epsilon_greedy",
+    "linear_schedule", "polyak", "sample_uniform", "scale_gradient", "td_loss", "top_k_explore",
 ]

@@ -3,6 +3,7 @@
     buf = replay_init(example_transition, capacity=100_000)    # example: one transition, no batch axis
     buf = replay_add(buf, batch)                                # batch: leading axis [B], B <= capacity
     sample = replay_sample(buf, key, batch_size=128)            # uniform over the filled part
+    window = replay_sample_windows(buf, key, 128, width=16, length=4)  # runs of one environment's transitions
     ok = replay_can_sample(buf, 128)
 
 The buffer is a pytree of arrays (``data`` with leading axis ``capacity``, write position and fill size), so it
@@ -54,8 +55,30 @@ def replay_sample(state: ReplayState, key: jax.Array, batch_size: int) -> Any:
     return jax.tree.map(lambda d: d[idx], state.data)
 
 
+def replay_sample_windows(state: ReplayState, key: jax.Array, batch_size: int, width: int, length: int) -> Any:
+    """``batch_size`` windows of ``length`` consecutive transitions of one environment (leaves [B, length, ...]), for
+    a buffer written ``width`` transitions at a time, one per parallel environment, in the same environment order
+    (so environment ``e``'s next transition sits ``width`` entries later). Windows are drawn uniformly among those
+    that lie wholly in the written part, oldest first, and never straddle the write position (n-step returns).
+    Needs ``capacity`` to be a multiple of ``width``; before ``length`` rows are written the draws repeat row 0."""
+    cap = state.capacity
+    if cap % width:
+        raise ValueError(f"capacity {cap} is not a multiple of the write width {width}")
+    rows = cap // width
+    if not 1 <= length <= rows:
+        raise ValueError(f"window length {length} must be in [1, {rows}] (capacity / width)")
+    filled = state.size // width
+    oldest = jnp.where(state.size < cap, 0, state.pos // width)
+    k_row, k_env = jax.random.split(key)
+    start = jax.random.randint(k_row, (batch_size,), 0, jnp.maximum(filled - length + 1, 1))
+    env = jax.random.randint(k_env, (batch_size,), 0, width)
+    row = (oldest + start[:, None] + jnp.arange(length)[None, :]) % rows
+    idx = row * width + env[:, None]
+    return jax.tree.map(lambda d: d[idx], state.data)
+
+
 def replay_can_sample(state: ReplayState, batch_size: int) -> jax.Array:
     return state.size >= batch_size
 
 
-__all__ = ["ReplayState", "replay_add", "replay_can_sample", "replay_init", "replay_sample"]
+__all__ = ["ReplayState", "replay_add", "replay_can_sample", "replay_init", "replay_sample", "replay_sample_windows"]

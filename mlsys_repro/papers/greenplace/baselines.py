@@ -130,9 +130,10 @@ greedy_greenest = _best_by(lambda o, p: _lexi(o.co2_kg, o.jct))
 myopic = _best_by(lambda o, p: objective(o, p))
 
 def _after(state: EnvState, params: EnvParams, action: jax.Array) -> EnvState:
-    """The lanes and warm functions after the current job is placed with ``action`` (no new job drawn)."""
+    """The lanes, WAN links and warm functions after the current job is placed with ``action`` (no new job
+    drawn)."""
     out = place(state, params, action)
-    return state.replace(free_at=out.free_at, last_used=out.last_used)
+    return state.replace(free_at=out.free_at, last_used=out.last_used, link_free_at=out.link_free_at)
 
 
 def _myopic_step(state: EnvState, params: EnvParams) -> tuple[EnvState, jax.Array]:

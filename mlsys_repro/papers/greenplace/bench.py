@@ -19,8 +19,8 @@ import jax.numpy as jnp
 from mlsys_repro.common.repro.bench import bench_context, machine_line, time_it
 from mlsys_repro.papers.greenplace import dqn_agents
 from mlsys_repro.papers.greenplace.baselines import cloud_only, random_policy
+from mlsys_repro.papers.greenplace.data import world
 from mlsys_repro.papers.greenplace.env import PlacementEnv
-from mlsys_repro.papers.greenplace.world import world
 
 ENV = PlacementEnv()
 

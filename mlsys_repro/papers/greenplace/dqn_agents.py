@@ -2,11 +2,27 @@
 over the joint action (the single-action ablation), trained entirely inside one ``jit``.
 
 ``make_train(env, env_params, policy, iterations, num_envs)`` returns ``train(key, w_energy, env_params) ->
-(state, curves)`` (the ``env_params`` given to make_train fix shapes and are the default);
-each iteration steps ``num_envs`` environments with epsilon-greedy actions (masked), stores the transitions in a
-uniform replay buffer and takes ``updates_per_iter`` gradient steps with double-Q targets (BDQ: the mean over
-branches of each branch's target value, Tavakoli et al. 2018). ``jax.vmap(train)`` runs seeds and reward weights
-side by side. The whole train state (networks, optimiser, buffer, environments) is one pytree.
+(state, curves)`` (the ``env_params`` given to make_train fix shapes and are the default). Each iteration steps
+``num_envs`` environments with epsilon-greedy actions (masked), stores the transitions in a replay buffer written
+one row of ``num_envs`` at a time, and takes ``policy.updates_per_iter`` gradient steps with double-Q targets (BDQ:
+the mean over branches of each branch's target value, Tavakoli et al. 2018). ``jax.vmap(train)`` runs seeds and
+reward weights side by side. The whole train state (networks, optimiser, buffer, environments) is one pytree.
+
+The recipe's parts, each a policy field (``conf/policy/greenplace/{bdq,flat_dqn}.yaml`` turn them all on):
+
+* ``n_step``: n-step returns, read at sampling time from windows of one environment's consecutive transitions
+  (:func:`mlsys_repro.common.rl.replay.replay_sample_windows`); an episode end inside the window cuts the return
+  and the bootstrap.
+* ``target_tau``: soft (Polyak) target updates after every step instead of a hard copy every ``target_period``.
+* ``explore="top_k"``: an epsilon draw picks uniformly among the ``top_k`` valid joint actions with the lowest
+  predicted objective (the environment's own one-job model, :mod:`mlsys_repro.papers.greenplace.features`), so
+  exploration never parks a large job on a one-lane edge node where every later job would queue behind it.
+* ``action_features``: the observation carries those predictions per cut and per (cut, node)
+  (:func:`mlsys_repro.papers.greenplace.features.action_tables`).
+* ``cut_conditioned`` (BDQ): the node branches are conditioned on the chosen cut and read that cut's row of the
+  tables (:class:`mlsys_repro.common.rl.dqn.ConditionedBranchingQNetwork`).
+
+The reward's clipping (both terms at ``reward_clip``) is the environment's (:mod:`mlsys_repro.papers.greenplace.env`).
 """
 
 from __future__ import annotations
@@ -20,14 +36,18 @@ from flax import nnx, struct
 
 from mlsys_repro.common.rl.dqn import (
     BranchingQNetwork,
+    ConditionedBranchingQNetwork,
     DuelingQNetwork,
     branch_double_q_target,
     branch_epsilon_greedy,
     branch_td_loss,
+    conditioned_greedy,
     double_q_target,
     epsilon_greedy,
     linear_schedule,
+    polyak,
     td_loss,
+    top_k_explore,
 )
 from mlsys_repro.common.rl.env import (
     BranchMask,
@@ -36,22 +56,21 @@ from mlsys_repro.common.rl.env import (
     flatten_action,
     joint_mask,
     masked_argmax,
+    sample_uniform,
     unflatten_action,
 )
-from mlsys_repro.common.rl.replay import ReplayState, replay_add, replay_init, replay_sample
+from mlsys_repro.common.rl.replay import ReplayState, replay_add, replay_init, replay_sample_windows
+from mlsys_repro.papers.greenplace.features import action_tables, predicted_objective, table_size
 from mlsys_repro.papers.greenplace.schemas import PlacementPolicy
-
-UPDATES_PER_ITER = 2
 
 
 @struct.dataclass
 class Transition:
-    obs: jax.Array
+    obs: jax.Array  # the agent's observation (with the action tables when policy.action_features)
     action: jax.Array  # int32 [D]
     reward: jax.Array
-    discount: jax.Array  # gamma * (1 - done)
-    next_obs: jax.Array
-    next_mask: BranchMask
+    done: jax.Array  # float32: the episode ended with this step
+    mask: BranchMask  # of ``obs``'s state (the bootstrap state's mask when read n steps later)
 
 
 @struct.dataclass
@@ -65,10 +84,30 @@ class DQNState:
     key: jax.Array
     updates: jax.Array
     iteration: jax.Array
+    act_on_target: bool = struct.field(pytree_node=False, default=False)
+
+
+def n_step_returns(window: Transition, gamma: float, n: int):
+    """From windows of ``n + 1`` consecutive transitions of one environment (leaves [B, n + 1, ...]): the first
+    step's (obs, action), the n-step return ``R = sum_k gamma^k r_k`` over the steps before the first episode end,
+    the discount to the bootstrap (``gamma^n``, 0 if an episode ended within the n steps) and the bootstrap
+    state's (obs, mask), the window's last entry."""
+    alive = jnp.cumprod(1.0 - window.done[:, :n], axis=1)  # no episode end up to and including step k
+    before = jnp.concatenate([jnp.ones_like(alive[:, :1]), alive[:, :-1]], 1)
+    ret = (window.reward[:, :n] * before * gamma ** jnp.arange(n, dtype=jnp.float32)).sum(1)
+    last = jax.tree.map(lambda x: x[:, n], window)
+    return window.obs[:, 0], window.action[:, 0], ret, gamma ** n * alive[:, -1], last.obs, last.mask
+
+
+def obs_size(env: Environment, env_params, policy: PlacementPolicy) -> int:
+    return env.observation_size(env_params) + (table_size(env_params) if policy.action_features else 0)
 
 
 def build_network(kind: str, obs_dim: int, nvec: tuple[int, ...], policy: PlacementPolicy, seed: int = 0):
     rngs = nnx.Rngs(seed)
+    if kind == "bdq" and policy.cut_conditioned:
+        return ConditionedBranchingQNetwork(obs_dim, nvec, rngs, torso=tuple(policy.torso),
+                                            head_hidden=policy.head_hidden, tables=policy.action_features)
     if kind == "bdq":
         return BranchingQNetwork(obs_dim, nvec, rngs, torso=tuple(policy.torso), head_hidden=policy.head_hidden)
     if kind == "flat_dqn":
@@ -79,79 +118,119 @@ def build_network(kind: str, obs_dim: int, nvec: tuple[int, ...], policy: Placem
     raise ValueError(f"not a DQN kind: {kind!r}")
 
 
-def greedy_action(kind: str, q, mask: BranchMask, nvec) -> jax.Array:
-    """Greedy valid action for one state (q: tuple of [A_d] for BDQ, [prod A] for flat)."""
-    if kind == "bdq":
-        return branch_argmax(q, mask)
-    return unflatten_action(masked_argmax(q, joint_mask(mask).reshape(-1)), nvec)
-
-
-def make_act(kind: str, graphdef, env: Environment, nvec):
+def make_act(kind: str, graphdef, env: Environment, nvec, policy: PlacementPolicy):
     """Greedy evaluation policy ``act(params, key, obs, state, env_params) -> action``."""
+    greedy = _greedy(kind, graphdef, nvec, policy)
 
     def act(params, key, obs, state, env_params):
-        q = nnx.merge(graphdef, params)(obs)
-        return greedy_action(kind, q, env.action_mask(state, env_params), nvec)
+        if policy.action_features:
+            pred, valid = predicted_objective(state, env_params)
+            obs = jnp.concatenate([obs, action_tables(pred, valid, env_params)])
+        return greedy(params, obs, env.action_mask(state, env_params))[0]
 
     return act
 
 
-def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations: int, num_envs: int,
-               updates_per_iter: int = UPDATES_PER_ITER):
+def _greedy(kind: str, graphdef, nvec, policy: PlacementPolicy):
+    """``greedy(params, obs, mask) -> (action int32 [D], values)`` for one state; ``values`` feed exploration."""
+
+    def greedy(params, obs, mask: BranchMask):
+        net = nnx.merge(graphdef, params)
+        if kind == "bdq" and policy.cut_conditioned:
+            return conditioned_greedy(net, obs, mask)
+        q = net(obs)
+        if kind == "bdq":
+            return branch_argmax(q, mask), q
+        return unflatten_action(masked_argmax(q, joint_mask(mask).reshape(-1)), nvec), q
+
+    return greedy
+
+
+def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations: int, num_envs: int):
     kind = policy.kind
     nvec = env.action_space(env_params).nvec
-    obs_dim = env.observation_size(env_params)
+    obs_dim = obs_size(env, env_params, policy)
     graphdef, _ = nnx.split(build_network(kind, obs_dim, nvec, policy))
     tx = optax.chain(optax.clip_by_global_norm(policy.max_grad_norm), optax.adam(policy.lr))
     eps = linear_schedule(policy.eps_start, policy.eps_end, int(policy.eps_decay_frac * iterations))
     v_mask = jax.vmap(env.action_mask, in_axes=(0, None))
+    greedy = _greedy(kind, graphdef, nvec, policy)
+    n = policy.n_step
+    capacity = max(policy.buffer_size // num_envs, n + 1) * num_envs
+    conditioned = kind == "bdq" and policy.cut_conditioned
 
-    def q_of(params, obs):
-        return nnx.merge(graphdef, params)(obs)
+    def observe(obs, env_state, p):
+        """The agent's observations [num_envs, ...] and, for top-k exploration, predicted objectives [num_envs, A]."""
+        if not (policy.action_features or policy.explore == "top_k"):
+            return obs, None
+        pred, valid = jax.vmap(predicted_objective, in_axes=(0, None))(env_state, p)
+        if policy.action_features:
+            obs = jnp.concatenate([obs, jax.vmap(action_tables, in_axes=(0, 0, None))(pred, valid, p)], -1)
+        return obs, (pred, valid)
 
-    def explore(key, q, mask, epsilon):
-        if kind == "bdq":
+    def explore(key, obs, mask, pred, epsilon, params):
+        a, q = greedy(params, obs, mask)
+        if policy.explore == "top_k":
+            flat = top_k_explore(key, flatten_action(a, nvec), -pred[0], pred[1], policy.top_k, epsilon)
+            return unflatten_action(flat, nvec)
+        if kind == "bdq" and not conditioned:
             return branch_epsilon_greedy(key, q, mask, epsilon)
-        a = epsilon_greedy(key, q, joint_mask(mask).reshape(-1), epsilon)
-        return unflatten_action(a, nvec)
-
-    def loss_fn(params, target, batch: Transition):
-        q = q_of(params, batch.obs)
-        q_next = jax.lax.stop_gradient(q_of(params, batch.next_obs))
-        q_targ = q_of(target, batch.next_obs)
         if kind == "bdq":
-            y = jax.vmap(branch_double_q_target)(batch.reward, batch.discount, q_next, q_targ, batch.next_mask)
-            return branch_td_loss(q, batch.action, y, policy.huber_delta)
-        nm = jax.vmap(lambda m: joint_mask(m).reshape(-1))(batch.next_mask)
-        y = jax.vmap(double_q_target)(batch.reward, batch.discount, q_next, q_targ, nm)
-        return td_loss(q, flatten_action(batch.action, nvec), y, policy.huber_delta)
+            k1, k2 = jax.random.split(key)
+            return jnp.where(jax.random.uniform(k1) < epsilon, sample_uniform(k2, mask), a).astype(jnp.int32)
+        flat = epsilon_greedy(key, q, joint_mask(mask).reshape(-1), epsilon)
+        return unflatten_action(flat, nvec)
+
+    def loss_fn(params, target, window: Transition):
+        obs, action, ret, disc, nobs, nmask = n_step_returns(window, policy.gamma, n)
+        net, tgt = nnx.merge(graphdef, params), nnx.merge(graphdef, target)
+        if conditioned:
+            q = net(obs, action[:, 0])
+            a_next = jax.vmap(lambda o, m: conditioned_greedy(net, o, m)[0])(nobs, nmask)
+            a_next = jax.lax.stop_gradient(a_next)
+            q_t = tgt(nobs, a_next[:, 0])
+            qs = jnp.stack([jnp.take_along_axis(qd, a_next[:, d:d + 1], -1)[:, 0] for d, qd in enumerate(q_t)], -1)
+            y = ret + disc * qs.mean(-1)
+            return branch_td_loss(q, action, y, policy.huber_delta)
+        q = net(obs)
+        q_next = jax.lax.stop_gradient(net(nobs))
+        q_targ = tgt(nobs)
+        if kind == "bdq":
+            y = jax.vmap(branch_double_q_target)(ret, disc, q_next, q_targ, nmask)
+            return branch_td_loss(q, action, y, policy.huber_delta)
+        nm = jax.vmap(lambda m: joint_mask(m).reshape(-1))(nmask)
+        y = jax.vmap(double_q_target)(ret, disc, q_next, q_targ, nm)
+        return td_loss(q, flatten_action(action, nvec), y, policy.huber_delta)
 
     def update(ts: DQNState, key) -> tuple[DQNState, jax.Array]:
-        batch = replay_sample(ts.buffer, key, policy.batch_size)
-        loss, grads = jax.value_and_grad(loss_fn)(ts.params, ts.target, batch)
+        window = replay_sample_windows(ts.buffer, key, policy.batch_size, num_envs, n + 1)
+        loss, grads = jax.value_and_grad(loss_fn)(ts.params, ts.target, window)
         upd, opt_state = tx.update(grads, ts.opt_state, ts.params)
         params = optax.apply_updates(ts.params, upd)
         updates = ts.updates + 1
-        copy = updates % policy.target_period == 0
-        target = jax.tree.map(lambda p, t: jnp.where(copy, p, t), params, ts.target)
+        if policy.target_tau > 0:
+            target = polyak(params, ts.target, policy.target_tau)
+        else:
+            copy = updates % policy.target_period == 0
+            target = jax.tree.map(lambda p, t: jnp.where(copy, p, t), params, ts.target)
         return ts.replace(params=params, target=target, opt_state=opt_state, updates=updates), loss
 
     def iteration(env_params, ts: DQNState):
         key, k_act, k_step, k_upd = jax.random.split(ts.key, 4)
         mask = v_mask(ts.env_state, env_params)
-        q = q_of(ts.params, ts.obs)
+        obs, pred = observe(ts.obs, ts.env_state, env_params)
         epsilon = eps(ts.iteration)
-        actions = jax.vmap(explore, in_axes=(0, 0, 0, None))(jax.random.split(k_act, num_envs), q, mask, epsilon)
-        obs, env_state, reward, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+        actions = jax.vmap(explore, in_axes=(0, 0, 0, 0, None, None))(
+            jax.random.split(k_act, num_envs), obs, mask, pred, epsilon, ts.params)
+        next_obs, env_state, reward, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
             jax.random.split(k_step, num_envs), ts.env_state, actions, env_params)
-        trans = Transition(ts.obs, actions, reward, policy.gamma * (1.0 - done.astype(jnp.float32)), obs,
-                           v_mask(env_state, env_params))
-        ts = ts.replace(buffer=replay_add(ts.buffer, trans), env_state=env_state, obs=obs, key=key,
+        trans = Transition(obs, actions, reward, done.astype(jnp.float32), mask)
+        ts = ts.replace(buffer=replay_add(ts.buffer, trans), env_state=env_state, obs=next_obs, key=key,
                         iteration=ts.iteration + 1)
-        ready = ts.buffer.size >= max(policy.learning_starts, policy.batch_size)
+        ready = ts.buffer.size >= max(policy.learning_starts, policy.batch_size, (n + 1) * num_envs)
 
         def do_updates(ts):
-            ts, losses = jax.lax.scan(update, ts, jax.random.split(k_upd, updates_per_iter))
+            ts, losses = jax.lax.scan(update, ts, jax.random.split(k_upd, policy.updates_per_iter))
             return ts, losses.mean()
 
         ts, loss = jax.lax.cond(ready, do_updates, lambda ts: (ts, jnp.zeros(())), ts)
@@ -167,11 +246,12 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
         leaves = [_reinit(k, x) for k, x in zip(ks, leaves, strict=True)]
         params = jax.tree.unflatten(treedef, leaves)
         obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_env, num_envs), params_env)
-        example = Transition(obs[0], jnp.zeros(len(nvec), jnp.int32), jnp.zeros(()), jnp.zeros(()), obs[0],
-                             jax.tree.map(lambda x: x[0], v_mask(env_state, params_env)))
+        example = Transition(jnp.zeros(obs_dim, jnp.float32), jnp.zeros(len(nvec), jnp.int32), jnp.zeros(()),
+                             jnp.zeros(()), jax.tree.map(lambda x: x[0], v_mask(env_state, params_env)))
         return DQNState(params=params, target=params, opt_state=tx.init(params),
-                        buffer=replay_init(example, policy.buffer_size), env_state=env_state, obs=obs, key=key,
-                        updates=jnp.zeros((), jnp.int32), iteration=jnp.zeros((), jnp.int32))
+                        buffer=replay_init(example, capacity), env_state=env_state, obs=obs, key=key,
+                        updates=jnp.zeros((), jnp.int32), iteration=jnp.zeros((), jnp.int32),
+                        act_on_target=policy.act_on_target)
 
     def start(key, w_energy, env_params=env_params) -> DQNState:
         return init(key, env_params.replace(w_energy=jnp.asarray(w_energy, jnp.float32)))
@@ -186,8 +266,9 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
     # chunked form for checkpointing: train == advance(start(...), steps=total_steps), cut into equal chunks
     train.start, train.advance, train.total_steps = start, advance, iterations  # type: ignore[attr-defined]
     train.graphdef = graphdef  # type: ignore[attr-defined]
-    train.act = make_act(kind, graphdef, env, nvec)  # type: ignore[attr-defined]
+    train.act = make_act(kind, graphdef, env, nvec, policy)  # type: ignore[attr-defined]
     train.env_steps = iterations * num_envs  # type: ignore[attr-defined]
+    train.updates = iterations * policy.updates_per_iter  # type: ignore[attr-defined]
     return train
 
 
@@ -199,5 +280,7 @@ def _reinit(key, x):
 
 
 def policy_params(ts: DQNState):
-    """What the greedy evaluation policy needs from a (possibly seed-batched) train state."""
-    return ts.params
+    """What the greedy evaluation policy needs from a (possibly seed-batched) train state: the online network, or
+    with ``act_on_target`` the target network (with soft updates, a Polyak average of the online one over the last
+    ~1/tau updates: the usual way to read a stable greedy policy off a noisy Q-learner)."""
+    return ts.target if ts.act_on_target else ts.params

@@ -8,6 +8,17 @@ starts when its node has a free lane and the first frame has arrived, and ends B
 frame-time after the previous stage's last frame, whichever is later), so a job's completion time (JCT) includes
 queueing, cold starts, transfers and the pipeline's bottleneck.
 
+Links: a transfer a -> b takes ``rtt[a, b]`` plus one frame-time ``bytes / bw[a, b]`` per frame. By default links
+have no contention (any number of transfers run at full bandwidth at once). With ``link_fifo`` on [ours], each
+edge site has one full-duplex WAN link to the cloud, an uplink (site -> cloud) and a downlink (cloud -> site), each a
+FIFO server of transfers: a transfer between an edge site and the cloud (exactly one endpoint is the cloud) cannot
+send its first frame before its direction's link of the edge endpoint is free (``link_free_at[d, site]``, d = 0 up,
+1 down), and then holds that link until its last frame has arrived (the stage's last-frame time, RTT included).
+Transfers are served in placement order (arrival order of their jobs) without backfilling, as lanes are. The two
+directions are separate links so that a job's result download never waits for its own upload (a job uses each
+directed link at most once, so an unloaded system gives the same JCTs with and without ``link_fifo``). LAN
+transfers between edge sites and same-node no-ops stay uncontended.
+
 Energy: a busy lane of node n draws ``p_max`` instead of ``p_idle`` (facility power, PUE included). Renewable power
 ``green_kw[h, n]`` (node capacity x the region's hourly renewable share) is shared by the node's lanes and covers
 idle power first; only the brown part of the job's extra power is bought, at the node's hourly price (which can be
@@ -18,7 +29,9 @@ Masks (``action_mask``): a cut exists for the job's model; a node may host a seg
 weights and largest activations fit its memory; an empty segment's node is pinned to the source site. A job no
 action can place (larger than every node) or an invalid action is rejected with ``reject_penalty``.
 
-Reward: -(w_energy * clip(cost / c_norm) + (1 - w_energy) * JCT / t_norm).
+Reward: -(w_energy * clip(cost / c_norm) + (1 - w_energy) * clip(JCT / t_norm)), both terms clipped at
+``reward_clip``: a placement that queues a job for minutes (an exploring agent's) would otherwise give rewards of
+-100 beside the -1 of good placements. The reported objective (``info["objective"]``) is unclipped.
 """
 
 from __future__ import annotations
@@ -83,6 +96,8 @@ class EnvParams:
     reward_clip: jax.Array
     reject_penalty: jax.Array
     start_hours: jax.Array  # int32 [S] episode start hours to draw from
+    # bool scalar: FIFO WAN links per edge site (see the module docstring); off = no link contention
+    link_fifo: jax.Array = struct.field(default_factory=lambda: jnp.asarray(False))
     episode_jobs: int = struct.field(pytree_node=False, default=256)
 
 
@@ -92,6 +107,7 @@ class EnvState:
     hour0: jax.Array  # int32 trace hour of the episode start
     free_at: jax.Array  # [N, Lmax] time each lane becomes free
     last_used: jax.Array  # [N, M] last time model m's function ran on node n (warm if recent)
+    link_free_at: jax.Array  # [2, N] time the uplink (row 0) / downlink (row 1) of edge site n becomes free
     model: jax.Array  # int32 current job
     batch: jax.Array  # frames
     site: jax.Array  # int32
@@ -109,6 +125,7 @@ class Outcome:
     cloud_work: jax.Array  # share of the job's FLOPs run on the cloud
     free_at: jax.Array
     last_used: jax.Array
+    link_free_at: jax.Array
 
 
 def trace_hour(state: EnvState, params: EnvParams, t: jax.Array) -> jax.Array:
@@ -142,15 +159,46 @@ def _compute_stage(state: EnvState, params: EnvParams, free_at, last_used, ff, l
     return free_at, last_used, ff, lf, kwh, kwh * (1.0 - brown), cost, co2
 
 
-def _transfer(state: EnvState, params: EnvParams, ff, lf, a, b, nbytes):
-    """Network stage a -> b (no-op when a == b): bandwidth-limited, no contention."""
+def _wan_link(params: EnvParams, a, b) -> jax.Array:
+    """bool [2, N]: the one-hot directed WAN link (row 0 uplink, row 1 downlink; column = the edge endpoint) the
+    transfer a -> b occupies when ``link_fifo`` is on; all False for LAN transfers, no-ops, or with the flag off."""
+    n = params.dev.shape[0]
+    up = (b == params.cloud) & (a != params.cloud)
+    down = (a == params.cloud) & (b != params.cloud)
+    site = jnp.where(up, a, b)
+    direction = jnp.where(down, 1, 0)
+    return (params.link_fifo & (up | down) & (jnp.arange(2) == direction)[:, None]
+            & (jnp.arange(n) == site)[None, :])
+
+
+def _transfer(state: EnvState, params: EnvParams, link_free_at, ff, lf, a, b, nbytes, active=True):
+    """Network stage a -> b (no-op when a == b): bandwidth-limited; returns (ff, lf, kWh, link_free_at).
+
+    Without ``link_fifo`` there is no contention. With it, a WAN transfer (see :func:`_wan_link`) starts sending
+    when its directed link is free, ``start = max(ff, link_free_at[link])``, and holds the link until its last frame
+    has arrived: ``link_free_at[link] = lf``. ``active = False`` (a transfer ``place`` computes and then discards)
+    leaves the links as they are."""
     moving = a != b
     tau = jnp.where(moving, nbytes / params.bw[a, b], 0.0)
     lat = jnp.where(moving, params.rtt[a, b], 0.0)
-    ff2 = ff + lat + tau
+    link = _wan_link(params, a, b) & active
+    start = jnp.maximum(ff, jnp.where(link, link_free_at, -jnp.inf).max())  # = ff when no link is used
+    ff2 = start + lat + tau
     lf2 = jnp.maximum(lf + lat + tau, ff2 + (state.batch - 1.0) * tau)
     kwh = jnp.where(moving, state.batch * nbytes * params.net_kwh_per_byte, 0.0)
-    return ff2, lf2, kwh
+    # one-hot select instead of a scatter (vectorises under vmap, as in _compute_stage)
+    return ff2, lf2, kwh, jnp.where(link, lf2, link_free_at)
+
+
+def wan_links_used(state: EnvState, params: EnvParams, action: jax.Array) -> jax.Array:
+    """bool [2, N]: the directed WAN links :func:`place` occupies for the current job under ``action`` (none with
+    ``link_fifo`` off): those of its input, cut-activation and result transfers."""
+    m, s = state.model, state.site
+    c, af, ab = action[0], action[1], action[2]
+    fe, be = params.front_empty[m, c], params.back_empty[m, c]
+    first, last = jnp.where(fe, ab, af), jnp.where(be, af, ab)
+    mid = ~fe & ~be & (af != ab)
+    return _wan_link(params, s, first) | (_wan_link(params, af, ab) & mid) | _wan_link(params, last, s)
 
 
 def place(state: EnvState, params: EnvParams, action: jax.Array) -> Outcome:
@@ -165,16 +213,16 @@ def place(state: EnvState, params: EnvParams, action: jax.Array) -> Outcome:
     tb = params.back_lat[m, c, params.dev[ab]] / params.speed[ab]
     tf = jnp.where(same, tf + tb, tf)
     t0 = state.t
-    ff, lf, net1 = _transfer(state, params, t0, t0, s, first, params.in_bytes[m])
+    ff, lf, net1, links = _transfer(state, params, state.link_free_at, t0, t0, s, first, params.in_bytes[m])
     seg_f = jnp.where(same, params.front_params[m, c] + params.back_params[m, c], params.front_params[m, c])
     free_at, last_used, ff, lf, e1, g1, c1, co1 = _compute_stage(
         state, params, state.free_at, state.last_used, ff, lf, af, tf, ~fe, seg_f)
     mid = ~fe & ~be & ~same
-    ff_m, lf_m, net2 = _transfer(state, params, ff, lf, af, ab, params.cross_bytes[m, c])
+    ff_m, lf_m, net2, links = _transfer(state, params, links, ff, lf, af, ab, params.cross_bytes[m, c], mid)
     ff, lf, net2 = jnp.where(mid, ff_m, ff), jnp.where(mid, lf_m, lf), jnp.where(mid, net2, 0.0)
     free_at, last_used, ff, lf, e2, g2, c2, co2 = _compute_stage(
         state, params, free_at, last_used, ff, lf, ab, tb, ~be & ~same, params.back_params[m, c])
-    ff, lf, net3 = _transfer(state, params, ff, lf, last, s, params.out_bytes[m])
+    ff, lf, net3, links = _transfer(state, params, links, ff, lf, last, s, params.out_bytes[m])
     net = net1 + net2 + net3
     h0 = trace_hour(state, params, t0)
     cost = c1 + c2 + net * params.price[h0, s]
@@ -182,7 +230,7 @@ def place(state: EnvState, params: EnvParams, action: jax.Array) -> Outcome:
     frac = params.front_frac[m, c]
     cloud_work = jnp.where(af == params.cloud, frac, 0.0) + jnp.where(ab == params.cloud, 1.0 - frac, 0.0)
     return Outcome(jct=lf - t0, cost=cost, energy_kwh=e1 + e2 + net, green_kwh=g1 + g2, co2_kg=co2_kg, net_kwh=net,
-                   cloud_work=cloud_work, free_at=free_at, last_used=last_used)
+                   cloud_work=cloud_work, free_at=free_at, last_used=last_used, link_free_at=links)
 
 
 def objective(outcome: Outcome, params: EnvParams) -> jax.Array:
@@ -249,6 +297,7 @@ class PlacementEnv(Environment[EnvState, EnvParams]):
             hour0=params.start_hours[jnp.minimum((u[3] * n_start).astype(jnp.int32), n_start - 1)].astype(jnp.int32),
             free_at=jnp.zeros((n, lm), jnp.float32),
             last_used=jnp.full((n, m), NO_USE, jnp.float32),
+            link_free_at=jnp.zeros((2, n), jnp.float32),
             model=jnp.zeros((), jnp.int32), batch=jnp.ones((), jnp.float32), site=jnp.zeros((), jnp.int32),
             step=jnp.zeros((), jnp.int32),
         )
@@ -271,7 +320,8 @@ class PlacementEnv(Environment[EnvState, EnvParams]):
         ok = self.placeable(state, params, action)
         out = place(state, params, action)
         cost_n = jnp.clip(out.cost / params.c_norm, -params.reward_clip, params.reward_clip)
-        r = -(params.w_energy * cost_n + (1.0 - params.w_energy) * out.jct / params.t_norm)
+        jct_n = jnp.clip(out.jct / params.t_norm, 0.0, params.reward_clip)
+        r = -(params.w_energy * cost_n + (1.0 - params.w_energy) * jct_n)
         reward = jnp.where(ok, r, -params.reject_penalty)
         okf = ok.astype(jnp.float32)
         info = {
@@ -283,7 +333,8 @@ class PlacementEnv(Environment[EnvState, EnvParams]):
             "site": state.site, "action": action,
         }
         state = state.replace(free_at=jnp.where(ok, out.free_at, state.free_at),
-                              last_used=jnp.where(ok, out.last_used, state.last_used), step=state.step + 1)
+                              last_used=jnp.where(ok, out.last_used, state.last_used),
+                              link_free_at=jnp.where(ok, out.link_free_at, state.link_free_at), step=state.step + 1)
         u = self._draw(key)
         rate = params.rate[trace_hour(state, params, state.t)]
         gap = -jnp.log1p(-u[3]) / rate  # exponential inter-arrival time
@@ -301,6 +352,9 @@ class PlacementEnv(Environment[EnvState, EnvParams]):
         nl = params.lane_ok.sum(-1)
         busy_min = jnp.log1p(backlog.min(-1))
         busy_mean = jnp.log1p(jnp.where(params.lane_ok, backlog, 0.0).sum(-1) / nl)
+        # [2N] wait for each site's uplink, then downlink (always present, so the size does not depend on the flag;
+        # zeros with link_fifo off and in the cloud's columns)
+        link_wait = jnp.log1p(jnp.maximum(state.link_free_at - state.t, 0.0) / params.t_norm).reshape(-1)
         green_share = jnp.clip(params.green_kw[h] / nl / params.p_max, 0.0, 2.0)
         warm = ((state.t - state.last_used[:, m]) <= params.keep_alive_s).astype(jnp.float32)
         tod = 2.0 * jnp.pi * ((h + params.local_offset_h) % 24) / 24.0
@@ -312,7 +366,7 @@ class PlacementEnv(Environment[EnvState, EnvParams]):
             params.front_frac[m],
             jnp.log1p(params.cross_bytes[m]) / 16.0,
             params.cand_ok[m].astype(jnp.float32),  # the mask's root
-            busy_min, busy_mean,
+            busy_min, busy_mean, link_wait,
             symlog(params.price[h] * 1000.0 / 50.0) / 3.0,
             green_share,
             params.ci[h] / 500.0,

@@ -11,7 +11,8 @@ Feature columns (:data:`FEATURES`), all for the current job only:
 * ``cost``: predicted energy cost / c_norm, clipped to +-reward_clip (the reward's cost term);
 * ``jct``: predicted JCT / t_norm (the reward's time term);
 * ``objective``: w * cost + (1 - w) * jct, unclipped cost (the quantity myopic minimises);
-* ``queue``: wait for the earliest free lane of the front and back nodes, / t_norm (the queueing part of ``jct``);
+* ``queue``: wait for the earliest free lane of the front and back nodes and, with ``link_fifo`` on, for the WAN
+  links the job's transfers use, from the job's arrival, / t_norm (the queueing part of ``jct``);
 * ``cloud_work``: the share of the job's FLOPs placed on the cloud;
 * ``occupy_<n>`` for each node n: lane time the job adds on node n (the capacity later jobs lose), / t_norm.
 
@@ -25,7 +26,16 @@ import jax
 import jax.numpy as jnp
 
 from mlsys_repro.common.rl.env import joint_mask, unflatten_action
-from mlsys_repro.papers.greenplace.env import EnvParams, EnvState, Outcome, PlacementEnv, objective, place
+from mlsys_repro.papers.greenplace.env import (
+    EnvParams,
+    EnvState,
+    Outcome,
+    PlacementEnv,
+    objective,
+    place,
+    symlog,
+    wan_links_used,
+)
 
 ENV = PlacementEnv()
 FEATURES = ("cost", "jct", "objective", "queue", "cloud_work")  # then one occupy_<n> column per node
@@ -62,6 +72,9 @@ def action_features(state: EnvState, params: EnvParams) -> jax.Array:
     fe = params.front_empty[state.model, acts[:, 0]]
     be = params.back_empty[state.model, acts[:, 0]]
     queue = jnp.maximum(jnp.where(fe, 0.0, wait[acts[:, 1]]), jnp.where(be, 0.0, wait[acts[:, 2]]))
+    link_wait = jnp.maximum(state.link_free_at - state.t, 0.0) / params.t_norm  # [2, N]
+    used = jax.vmap(lambda a: wan_links_used(state, params, a))(acts)  # [A, 2, N]; all False with link_fifo off
+    queue = jnp.maximum(queue, jnp.where(used, link_wait, 0.0).max((1, 2)))
     busy_before = jnp.maximum(state.free_at, state.t)
     occupy = (jnp.maximum(out.free_at, state.t) - busy_before).sum(-1) / params.t_norm  # [A, N]
     feats = jnp.concatenate([jnp.stack([cost, jct, objective(out, params), queue, out.cloud_work], -1), occupy], -1)
@@ -77,3 +90,33 @@ def candidates(state: EnvState, params: EnvParams, k: int) -> tuple[jax.Array, j
     score = jnp.where(valid, -feats[:, OBJECTIVE], -jnp.inf)
     _, idx = jax.lax.top_k(score, k)
     return idx.astype(jnp.int32), feats[idx], valid[idx]
+
+
+def predicted_objective(state: EnvState, params: EnvParams) -> tuple[jax.Array, jax.Array]:
+    """(predicted objective [A] of every joint action for the current job, valid bool [A]): the numbers myopic
+    takes the argmin of, in flat-index order."""
+    return objective(action_outcomes(state, params), params), valid_actions(state, params)
+
+
+def table_size(params: EnvParams) -> int:
+    """Columns :func:`action_tables` appends: 1 + C + 2 * C * N."""
+    c, n = int(params.cand_ok.shape[1]), int(params.dev.shape[0])
+    return 1 + c + 2 * c * n
+
+
+def action_tables(pred: jax.Array, valid: jax.Array, params: EnvParams) -> jax.Array:
+    """Per-action predictions in the layout the root-conditioned BDQ reads
+    (:class:`mlsys_repro.common.rl.dqn.ConditionedBranchingQNetwork`, ``tables=True``), flat float32
+    [1 + C + 2 C N]: the best predicted objective of any valid action (``symlog``), then each choice's *regret*
+    (its best predicted objective minus that best, ``log1p``): per cut [C], per (cut, front node) over back nodes
+    [C, N], per (cut, back node) over front nodes [C, N]. Objectives are clipped at +-reward_clip first; a
+    combination with no valid action reads as the largest regret (``2 * reward_clip``). Regret 0 marks myopic's
+    choice; an agent learns what the one-job prediction leaves out."""
+    c, n = int(params.cand_ok.shape[1]), int(params.dev.shape[0])
+    clip = params.reward_clip
+    obj = jnp.where(valid, jnp.clip(pred, -clip, clip), jnp.inf)
+    best = jnp.where(valid.any(), obj.min(), clip)
+    t = obj.reshape(c, n, n)
+    f = lambda x: jnp.log1p(jnp.minimum(x - best, 2.0 * clip))  # noqa: E731  (inf -> the largest regret)
+    return jnp.concatenate([symlog(best)[None], f(t.min((1, 2))), f(t.min(2)).reshape(-1),
+                            f(t.min(1)).reshape(-1)]).astype(jnp.float32)

@@ -279,7 +279,7 @@ def _features(op: Op, ins: tuple[int, ...], out: tuple[int, ...]) -> dict[str, f
 
 def profile(name: str) -> LayerProfile:
     """Shapes by tracing the NNX model (``jax.eval_shape``, no compute); FLOPs and bytes from those shapes.
-    Computed once per world (:class:`mlsys_repro.papers.greenplace.world.World` holds every model's profile)."""
+    Computed once per world (:class:`mlsys_repro.papers.greenplace.data.World` holds every model's profile)."""
     net = build_abstract(name)
     graphdef, state = nnx.split(net)
     x = jax.ShapeDtypeStruct((1, *INPUT_SHAPE), jnp.float32)

@@ -3,8 +3,9 @@
 * :func:`model_tables`: per model and partition candidate, the segment latencies on each device class (from the
   calibrated per-layer regressors), cut bytes, memory and weights; candidates are the prefix cuts plus the DADS
   min-cut sets for every (model, edge site) pair with the cloud as back end.
-* :func:`env_params`: nodes, links, hourly price / renewable power / carbon of each node's region for one year,
-  the job arrival rate shaped by the building-load profile, and the reward normalisers.
+* :func:`env_params`: nodes, links (FIFO WAN links when ``hw.link_fifo``), hourly price / renewable power / carbon
+  of each node's region for one year, the job arrival rate shaped by the building-load profile, and the reward
+  normalisers.
 """
 
 from __future__ import annotations
@@ -204,7 +205,8 @@ def env_params(hw: EdgeCloudHardware, traces: EnergyTraces, tables: ModelTables,
         cold_start_s=f(hw.cold_start_s), keep_alive_s=f(hw.keep_alive_s), load_bps=f(hw.weight_load_gbps * GB / 8),
         w_energy=f(w_energy), c_norm=f(c_norm), t_norm=f(t_norm),
         reward_clip=f(p.reward_clip), reject_penalty=f(p.reject_penalty),
-        start_hours=f(start_hours, jnp.int32), episode_jobs=int(episode_jobs),
+        start_hours=f(start_hours, jnp.int32), link_fifo=jnp.asarray(bool(hw.link_fifo)),
+        episode_jobs=int(episode_jobs),
     )
 
 
@@ -215,7 +217,8 @@ def eval_start_hours(hours: int, episodes: int) -> np.ndarray:
 
 
 
-KNOBS = ("price_spread", "green_scale", "wan_scale", "load")
+KNOBS = ("price_spread", "green_scale", "wan_scale", "load", "contended_load")
+CONTENDED_WAN = 0.25  # contended regime [ours]: WAN x0.25 (12.5 Mbps, Neurosurgeon's LTE/Wi-Fi uplinks are 1-19)
 
 
 def vary(params: EnvParams, knob: str, value: float) -> EnvParams:
@@ -224,12 +227,16 @@ def vary(params: EnvParams, knob: str, value: float) -> EnvParams:
     * ``price_spread``: each node's hourly price stretched about its yearly mean by ``value``;
     * ``green_scale``: renewable capacity times ``value``;
     * ``wan_scale``: edge <-> cloud bandwidth times ``value``;
-    * ``load``: job arrival rate times ``value``.
+    * ``load``: job arrival rate times ``value``;
+    * ``contended_load`` [ours]: the contended regime at arrival rate times ``value``: one FIFO uplink and downlink
+      per site (``link_fifo``) at ``CONTENDED_WAN`` times the WAN bandwidth, so a job's transfers wait for the
+      jobs before it and a placement changes later jobs' JCT (``value = 1`` is the contended regime itself).
     """
     if knob not in KNOBS:
         raise KeyError(f"unknown headroom knob {knob!r}; known {KNOBS}")
-    if not value >= 0 or (knob in ("wan_scale", "load") and value <= 0):
-        raise ValueError(f"{knob} must be {'> 0' if knob in ('wan_scale', 'load') else '>= 0'}, got {value}")
+    positive = ("wan_scale", "load", "contended_load")
+    if not value >= 0 or (knob in positive and value <= 0):
+        raise ValueError(f"{knob} must be {'> 0' if knob in positive else '>= 0'}, got {value}")
     v = jnp.float32(value)
     if knob == "price_spread":
         mean = params.price.mean(0, keepdims=True)
@@ -238,6 +245,9 @@ def vary(params: EnvParams, knob: str, value: float) -> EnvParams:
         return params.replace(green_kw=params.green_kw * v)
     if knob == "load":
         return params.replace(rate=params.rate * v)
+    if knob == "contended_load":
+        slow = vary(params, "wan_scale", CONTENDED_WAN)
+        return slow.replace(rate=params.rate * v, link_fifo=jnp.asarray(True))
     n = params.dev.shape[0]
     is_cloud = jnp.arange(n) == params.cloud
     wan = is_cloud[:, None] != is_cloud[None, :]

@@ -61,6 +61,7 @@ class EdgeCloudHardware(BaseHardware):
     lan_rtt_ms: float = 5.0
     wan_mbps: float = 50.0  # site <-> cloud
     wan_rtt_ms: float = 40.0
+    link_fifo: bool = False  # one FIFO uplink and downlink per edge site (WAN contention) [ours]; off: no contention
     net_kwh_per_gb: float = 0.006
     cold_start_s: float = 0.5  # 0 disables cold starts
     keep_alive_s: float = 600.0
@@ -81,6 +82,8 @@ class EdgeCloudHardware(BaseHardware):
         _positive(w, lan_mbps=self.lan_mbps, wan_mbps=self.wan_mbps, weight_load_gbps=self.weight_load_gbps)
         if min(self.lan_rtt_ms, self.wan_rtt_ms, self.net_kwh_per_gb, self.cold_start_s, self.keep_alive_s) < 0:
             raise ValueError(f"{w}: rtts, net_kwh_per_gb, cold_start_s and keep_alive_s must be >= 0")
+        if not isinstance(self.link_fifo, bool):
+            raise ValueError(f"{w}: link_fifo must be true or false, got {self.link_fifo!r}")
 
 
 @dataclass
@@ -99,6 +102,13 @@ class PlacementPolicy(BasePolicy):
     target_period: int = 500  # gradient updates between target-network copies
     learning_starts: int = 1000  # transitions in the buffer before updates start
     huber_delta: float = 1.0
+    updates_per_iter: int = 2  # gradient steps per iteration (one iteration steps every training environment)
+    n_step: int = 1  # n-step returns, read from windows of each environment's consecutive transitions
+    target_tau: float = 0.0  # > 0: soft (Polyak) target update every step; 0: hard copy every target_period
+    act_on_target: bool = False  # the greedy (evaluated) policy reads the target network, a Polyak average
+    explore: str = "uniform"  # epsilon draws: "uniform" over valid actions, or "top_k" of the predicted objective
+    action_features: bool = False  # observation + per-action predicted objectives (features.action_tables)
+    cut_conditioned: bool = False  # bdq: node branches conditioned on the chosen cut (autoregressive branches)
     torso: list[int] = field(default_factory=lambda: [256, 256])
     head_hidden: int = 128
     max_grad_norm: float = 10.0
@@ -127,6 +137,11 @@ class PlacementPolicy(BasePolicy):
                   minibatches=self.minibatches, top_k=self.top_k, bc_lr=self.bc_lr,
                   plan_candidates=self.plan_candidates, plan_rollouts=self.plan_rollouts,
                   plan_horizon=self.plan_horizon)
+        _positive(f"policy {self.name!r}", updates_per_iter=self.updates_per_iter, n_step=self.n_step)
+        if self.explore not in ("uniform", "top_k"):
+            raise ValueError(f"policy {self.name!r}: explore must be 'uniform' or 'top_k', got {self.explore!r}")
+        if not 0 <= self.target_tau <= 1:
+            raise ValueError(f"policy {self.name!r}: target_tau must be in [0, 1], got {self.target_tau}")
         if self.bc_steps < 0:
             raise ValueError(f"policy {self.name!r}: bc_steps must be >= 0")
         if not 0 <= self.gamma < 1:
@@ -191,9 +206,10 @@ class PlacementParams:
                   curve_jobs=self.curve_jobs)
         if self.train_iterations < 0:
             raise ValueError("train_iterations must be >= 0")
-        bad = [k for k in self.headroom if k not in ("price_spread", "green_scale", "wan_scale", "load")]
+        knobs = ("price_spread", "green_scale", "wan_scale", "load", "contended_load")
+        bad = [k for k in self.headroom if k not in knobs]
         if bad:
-            raise ValueError(f"unknown headroom knobs {bad}; known price_spread, green_scale, wan_scale, load")
+            raise ValueError(f"unknown headroom knobs {bad}; known {', '.join(knobs)}")
         if self.train_year == self.eval_year:
             raise ValueError("train_year and eval_year must differ (evaluation is on unseen data)")
 

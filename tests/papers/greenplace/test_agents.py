@@ -32,8 +32,10 @@ def test_bdq_beats_random_and_flat_dqn_learns():
     p = _params()
     rnd = _evaluate(lambda pp, k, o, s, q: random_policy(k, o, s, q), p)
     for kind in ("bdq", "flat_dqn"):
+        # the recipe the configs use (conf/policy/greenplace/{bdq,flat_dqn}.yaml), at the tiny problem's scale
         pol = PlacementPolicy(name=kind, kind=kind, lr=1e-3, batch_size=64, buffer_size=4000, learning_starts=256,
-                              target_period=100, torso=[64, 64], head_hidden=32, eps_decay_frac=0.5)
+                              torso=[64, 64], head_hidden=32, eps_decay_frac=0.5, n_step=3, target_tau=0.01,
+                              explore="top_k", top_k=4, action_features=True, cut_conditioned=kind == "bdq")
         train = dqn_agents.make_train(ENV, p, pol, iterations=400, num_envs=8)
         keys = jax.vmap(jax.random.key)(jnp.arange(2, dtype=jnp.uint32))
         ts, curves = jax.jit(jax.vmap(train, in_axes=(0, 0, None)))(keys, jnp.zeros(2), p)

@@ -11,7 +11,6 @@ import pytest
 from mlsys_repro.common.rl.env import flatten_action
 from mlsys_repro.papers.greenplace.baselines import make_lookahead, myopic, random_policy
 from mlsys_repro.papers.greenplace.env import PlacementEnv, objective, place
-from mlsys_repro.papers.greenplace.experiments import converged
 from mlsys_repro.papers.greenplace.features import (
     FEATURES,
     OBJECTIVE,
@@ -20,6 +19,7 @@ from mlsys_repro.papers.greenplace.features import (
     candidates,
     valid_actions,
 )
+from mlsys_repro.papers.greenplace.pipeline import converged
 from mlsys_repro.papers.greenplace.scenario import vary
 from tests.papers.greenplace.tiny import T, tiny_params
 
@@ -140,6 +140,10 @@ def test_headroom_knobs():
     bw = np.asarray(vary(p, "wan_scale", 0.5).bw)
     np.testing.assert_allclose(bw[0, 1], 0.5 * float(p.bw[0, 1]))
     np.testing.assert_allclose(bw[0, 0], float(p.bw[0, 0]))  # the diagonal (no edge <-> cloud link) is unchanged
+    hot = vary(p, "contended_load", 2.0)
+    assert bool(hot.link_fifo) and not bool(p.link_fifo)
+    np.testing.assert_allclose(hot.rate, 2.0 * np.asarray(p.rate))
+    np.testing.assert_allclose(np.asarray(hot.bw)[0, 1], 0.25 * float(p.bw[0, 1]))
     with pytest.raises(KeyError, match="unknown headroom knob"):
         vary(p, "pue", 1.0)
     with pytest.raises(ValueError, match="load must be > 0"):

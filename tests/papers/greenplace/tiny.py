@@ -34,3 +34,18 @@ def tiny_params(**over) -> EnvParams:
     )
     p.update(over)
     return EnvParams(**p)
+
+
+def two_site_params(**over) -> EnvParams:
+    """:func:`tiny_params` with a second edge site: nodes 0 and 1 are edge sites (as node 0 there; jobs arrive at
+    both), node 2 the cloud. All links 1e7 B/s, no RTT (override ``bw`` / ``rtt`` to change)."""
+    f = lambda x, dt=jnp.float32: jnp.asarray(x, dt)  # noqa: E731
+    p = dict(
+        price=f(np.full((T, 3), 0.1)), green_kw=f(np.zeros((T, 3))), ci=f(np.full((T, 3), 400.0)),
+        dev=f([0, 0, 1], jnp.int32), speed=f([1.0, 1.0, 1.0]),
+        lane_ok=jnp.array([[True, False], [True, False], [True, True]]),
+        p_idle=f([0.01, 0.01, 0.1]), p_max=f([0.03, 0.03, 0.3]), mem=f([1e9, 1e9, 1e10]), site_probs=f([0.5, 0.5, 0.0]),
+        bw=f(np.full((3, 3), 1e7)), rtt=f(np.zeros((3, 3))), dads_cut=f([[1, 1, 1]], jnp.int32), cloud=f(2, jnp.int32),
+    )
+    p.update(over)
+    return tiny_params(**p)

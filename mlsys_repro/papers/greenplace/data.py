@@ -1,6 +1,6 @@
-"""From a RunContext to environments: load the vendored traces, fit the latency models, build the model tables and
-the train (2022) / evaluation (2023) environment parameters of each scenario. Built once per run and configuration
-(``ctx.cache``)."""
+"""greenplace's data, from a RunContext to environments: load the vendored traces, fit the latency models, build
+the model tables and the train (2022) / evaluation (2023) environment parameters of each scenario. Built once per
+run and configuration (``ctx.cache``)."""
 
 from __future__ import annotations
 
@@ -55,13 +55,13 @@ def world(ctx) -> World:
     p: PlacementParams = ctx.params
     files = dict(ctx.trace.files)
 
-    def data():
+    def load():
         traces = load_trace(_TraceCfg(ctx.trace.name, "energy_green_dcc", files, {}), Path(ctx.data_dir))
         return traces, fit_all(traces.latency, p.latency_seed)
 
     def build() -> World:
-        traces, latency = ctx.cache.get("greenplace.data", (ctx.data_dir, ctx.trace.name, files, p.latency_seed),
-                                        data)
+        traces, latency = ctx.cache.get("greenplace.traces", (ctx.data_dir, ctx.trace.name, files, p.latency_seed),
+                                        load)
         return World(traces, latency, model_tables(p.models, latency, ctx.hardware), ctx.hardware, p)
 
-    return ctx.cache.get("greenplace.world", (ctx.data_dir, ctx.trace.name, files, ctx.hardware, p), build)
+    return ctx.cache.get("greenplace.data", (ctx.data_dir, ctx.trace.name, files, ctx.hardware, p), build)

@@ -1,0 +1,176 @@
+"""BDQ's training recipe (issue #46): root-conditioned branches, top-k exploration, soft targets, windowed replay
+for n-step returns, clipped rewards, per-action tables in the observation."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mlsys_repro.common.rl.dqn import ConditionedBranchingQNetwork, conditioned_greedy, polyak, top_k_explore
+from mlsys_repro.common.rl.env import BranchMask, is_valid
+from mlsys_repro.common.rl.replay import replay_add, replay_init, replay_sample_windows
+from mlsys_repro.papers.greenplace import dqn_agents
+from mlsys_repro.papers.greenplace.env import PlacementEnv, place
+from mlsys_repro.papers.greenplace.features import action_tables, predicted_objective, table_size
+from mlsys_repro.papers.greenplace.schemas import PlacementPolicy
+from tests.papers.greenplace.tiny import tiny_params
+
+ENV = PlacementEnv()
+
+
+def _net(tables=True):
+    # 3 roots, branches of 2 and 4 choices; tables: 3 + 3*2 + 3*4 = 21 trailing columns of a 25-column observation
+    return ConditionedBranchingQNetwork(25, (3, 2, 4), nnx.Rngs(0), torso=(16,), head_hidden=8, tables=tables)
+
+
+def test_conditioned_branches_read_only_their_roots_table_row():
+    net = _net()
+    obs = jax.random.normal(jax.random.key(0), (25,))
+    q = net(obs, jnp.int32(1))
+    assert [x.shape for x in q] == [(3,), (2,), (4,)]
+    assert np.allclose(q[0], net.root_values(obs))
+    # columns 4..6: the root's table; 7..12 branch 1's ([3, 2] row-major); 13..24 branch 2's ([3, 4]). With the
+    # torso blind to the tables, a branch's values move only with its own root's row
+    k = net.torso.layers[0].kernel
+    k.set_value(k.get_value().at[4:].set(0.0))
+    q = net(obs, jnp.int32(1))
+    other_row = obs.at[7 + 0 * 2].add(5.0).at[13 + 2 * 4 + 1].add(5.0)  # rows of roots 0 and 2
+    own_row = obs.at[7 + 1 * 2].add(5.0)
+    q_other = net(other_row, jnp.int32(1))
+    assert np.allclose(q_other[1], q[1], atol=1e-6) and np.allclose(q_other[2], q[2], atol=1e-6)
+    assert np.allclose(q_other[0], q[0], atol=1e-6)  # the root reads only its own table
+    assert not np.allclose(net(own_row, jnp.int32(1))[1], q[1])
+    assert not np.allclose(net(obs.at[5].add(5.0), jnp.int32(1))[0], q[0])
+    # the root changes the branches' values (one-hot input), batched roots index their own rows
+    assert not np.allclose(net(obs, jnp.int32(2))[1], q[1])
+    qb = net(jnp.stack([obs, obs]), jnp.array([1, 2]))
+    assert np.allclose(qb[1][0], q[1], atol=1e-6) and np.allclose(qb[1][1], net(obs, jnp.int32(2))[1], atol=1e-6)
+
+
+def test_the_per_choice_term_treats_every_choice_alike():
+    net = _net()
+    k = net.torso.layers[0].kernel
+    k.set_value(k.get_value().at[:].set(0.0))  # the heads' MLP parts are then the same for every state
+    base = jnp.zeros(25)
+    swapped = base.at[4].set(1.0)  # root choice 0 gets feature 1
+    moved = base.at[6].set(1.0)  # root choice 2 gets it
+    d0 = net.root_values(swapped) - net.root_values(base)
+    d2 = net.root_values(moved) - net.root_values(base)
+    # the same feature value shifts its own choice's advantage by the same amount (dueling re-centres the rest)
+    assert float(d0[0] - d0[1]) == pytest.approx(float(d2[2] - d2[1]), abs=1e-5)
+
+
+def test_conditioned_network_rejects_an_observation_too_small_for_its_tables():
+    with pytest.raises(ValueError, match="table columns"):
+        ConditionedBranchingQNetwork(21, (3, 2, 4), nnx.Rngs(0), torso=(8,), head_hidden=4, tables=True)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_conditioned_greedy_is_valid_and_maximises_each_branch_given_the_root(seed):
+    net = _net()
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+    root = jax.random.bernoulli(k1, 0.6, (3,)).at[0].set(True)
+    c1 = jax.random.bernoulli(k2, 0.6, (3, 2)).at[:, 0].set(True)
+    c2 = jax.random.bernoulli(k3, 0.5, (3, 4)).at[0, 3].set(True)
+    mask = BranchMask(root, (c1, c2))
+    obs = jax.random.normal(jax.random.key(seed + 1), (25,))
+    a, q = conditioned_greedy(net, obs, mask)
+    assert bool(is_valid(a, mask))
+    q0 = np.where(np.asarray(root & c1.any(-1) & c2.any(-1)), np.asarray(net.root_values(obs)), -np.inf)
+    assert int(a[0]) == int(np.argmax(q0))
+    assert int(a[2]) == int(np.argmax(np.where(np.asarray(c2[a[0]]), np.asarray(q[2]), -np.inf)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 6))
+def test_top_k_exploration_draws_only_valid_actions_among_the_k_best(seed, k):
+    kv, ks, ka = jax.random.split(jax.random.key(seed), 3)
+    valid = jax.random.bernoulli(kv, 0.4, (12,)).at[5].set(True)
+    scores = jax.random.normal(ks, (12,))
+    draws = jax.vmap(lambda key: top_k_explore(key, jnp.int32(5), scores, valid, k, 1.0))(jax.random.split(ka, 64))
+    v, s = np.asarray(valid), np.asarray(scores)
+    best = set(np.argsort(np.where(v, -s, np.inf), kind="stable")[:min(k, int(v.sum()))].tolist())
+    assert set(np.asarray(draws).tolist()) <= best
+    assert v[np.asarray(draws)].all()
+    greedy = top_k_explore(ka, jnp.int32(5), scores, valid, k, 0.0)
+    assert int(greedy) == 5
+
+
+def test_polyak_by_hand():
+    out = polyak({"w": jnp.array([1.0, 3.0])}, {"w": jnp.array([0.0, 1.0])}, 0.25)
+    assert np.allclose(out["w"], [0.25, 1.5])
+
+
+def test_windows_are_consecutive_steps_of_one_environment_and_never_straddle_the_write_position():
+    width, cap = 3, 12  # 4 rows of 3 environments
+    buf = replay_init({"t": jnp.int32(0), "env": jnp.int32(0)}, cap)
+    for t in range(6):  # 6 rows written: rows 2..5 survive (t = 2..5), t = 4 and 5 overwrote the oldest
+        buf = replay_add(buf, {"t": jnp.full(width, t, jnp.int32), "env": jnp.arange(width, dtype=jnp.int32)})
+    w = replay_sample_windows(buf, jax.random.key(0), 500, width, 3)
+    t, e = np.asarray(w["t"]), np.asarray(w["env"])
+    assert (np.diff(t, axis=1) == 1).all() and (e == e[:, :1]).all()
+    assert set(t[:, 0].tolist()) == {2, 3}  # windows of 3 in rows t = 2..5
+    assert set(e[:, 0].tolist()) == {0, 1, 2}
+    with pytest.raises(ValueError, match="multiple"):
+        replay_sample_windows(buf, jax.random.key(0), 4, 5, 2)
+
+
+def test_n_step_return_cuts_at_an_episode_end():
+    tr = dqn_agents.Transition(obs=jnp.arange(4, dtype=jnp.float32)[None, :, None],
+                               action=jnp.zeros((1, 4, 3), jnp.int32), reward=jnp.array([[1.0, 2.0, 4.0, 8.0]]),
+                               done=jnp.array([[0.0, 0.0, 0.0, 0.0]]),
+                               mask=BranchMask(jnp.ones((1, 4, 2), bool), ()))
+    obs, _, ret, disc, nobs, _ = dqn_agents.n_step_returns(tr, 0.5, 3)
+    assert float(ret[0]) == pytest.approx(1 + 0.5 * 2 + 0.25 * 4) and float(disc[0]) == pytest.approx(0.125)
+    assert float(obs[0, 0]) == 0.0 and float(nobs[0, 0]) == 3.0
+    ended = tr.replace(done=jnp.array([[0.0, 1.0, 0.0, 0.0]]))
+    _, _, ret, disc, _, _ = dqn_agents.n_step_returns(ended, 0.5, 3)
+    assert float(ret[0]) == pytest.approx(1 + 0.5 * 2) and float(disc[0]) == 0.0
+
+
+def test_both_reward_terms_are_clipped():
+    p = tiny_params(t_norm=jnp.float32(0.001), w_energy=jnp.float32(0.5))  # JCT / t_norm in the thousands
+    _, s = ENV.reset(jax.random.key(0), p)
+    a = jnp.array([2, 0, 0])  # all on the 1-lane edge
+    out = place(s, p, a)
+    assert float(out.jct / p.t_norm) > 100
+    _, _, r, _, info = ENV.step(jax.random.key(1), s, a, p)
+    cost_n = float(np.clip(out.cost / p.c_norm, -10, 10))
+    assert float(r) == pytest.approx(-(0.5 * cost_n + 0.5 * 10.0), rel=1e-5)
+    assert float(info["objective"]) > 50  # the reported objective stays unclipped
+
+
+def test_action_tables_are_the_best_objective_and_the_regrets_per_cut_and_per_node():
+    p = tiny_params()
+    _, s = ENV.reset(jax.random.key(0), p)
+    pred, valid = predicted_objective(s, p)
+    tab = np.asarray(action_tables(pred, valid, p))
+    assert tab.shape == (table_size(p),) == (1 + 3 + 2 * 3 * 2,)
+    t = np.where(np.asarray(valid), np.clip(np.asarray(pred), -10, 10), np.inf).reshape(3, 2, 2)
+    best = t.min()
+    assert tab[0] == pytest.approx(np.sign(best) * np.log1p(abs(best)), rel=1e-5)
+    f = lambda x: np.log1p(np.minimum(x - best, 20.0))  # noqa: E731
+    assert np.allclose(tab[1:4], f(t.min((1, 2))), atol=1e-6)
+    assert np.allclose(tab[4:10], f(t.min(2)).reshape(-1), atol=1e-6)
+    assert np.allclose(tab[10:], f(t.min(1)).reshape(-1), atol=1e-6)
+    assert tab[1:4].min() == 0.0  # myopic's cut has no regret
+    assert np.isclose(tab[4:], np.log1p(20.0)).any()  # the pinned (empty-segment) combinations read as the worst
+
+
+def test_recipe_agent_observes_the_tables_and_explores_only_valid_actions():
+    p = tiny_params(rate=jnp.full(48, 0.5, jnp.float32), episode_jobs=8)
+    pol = PlacementPolicy(name="bdq", kind="bdq", batch_size=8, buffer_size=64, learning_starts=16, torso=[8],
+                          head_hidden=4, n_step=3, target_tau=0.1, explore="top_k", top_k=2, action_features=True,
+                          cut_conditioned=True, updates_per_iter=1)
+    assert dqn_agents.obs_size(ENV, p, pol) == ENV.observation_size(p) + table_size(p)
+    train = dqn_agents.make_train(ENV, p, pol, iterations=12, num_envs=2)
+    ts, curves = jax.jit(train)(jax.random.key(0), 0.5)
+    assert np.isfinite(np.asarray(curves["loss"])).all()
+    assert float(np.asarray(curves["objective"]).max()) < float(p.reject_penalty)  # nothing was rejected
+    assert ts.buffer.data.obs.shape[-1] == dqn_agents.obs_size(ENV, p, pol)
