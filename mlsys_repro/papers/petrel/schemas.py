@@ -229,6 +229,9 @@ class PetrelParams:
     a3c_episode_decisions: int = 0  # overrides policy.a3c.episode_decisions when > 0 (smoke profile)
     curve_points: int = 40  # points per run kept for the accuracy/loss vs time curves
     link_gbps: list[float] = field(default_factory=list)  # sweep: every NIC's rate, Gb/s (empty: as hardware)
+    ps_shards: list[int] = field(default_factory=list)  # sweep: parameter servers S (empty: hardware.ps_shards)
+    # sweep: speed classes permuted at this time, in base steps (0: never; empty: as hardware)
+    permute_at_steps: list[float] = field(default_factory=list)
     # best fixed k baseline: CASP with k-means communities for each k here (k <= N), run on the reported seeds and
     # on ``tuning_seeds`` seeds from ``tuning_seed_offset``; the k with the least mean time on the tuning seeds is
     # reported as ``casp_best_k`` (picked without looking at the reported seeds)
@@ -252,6 +255,11 @@ class PetrelParams:
             raise ValueError(f"params.engine_mode must be one of {ENGINE_MODES}, got {self.engine_mode!r}")
         if any(r < 1 for r in self.speed_ratios):
             raise ValueError(f"params.speed_ratios must be >= 1 (slowest/fastest), got {self.speed_ratios}")
+        if any(not (isinstance(s, int) and s >= 1) for s in self.ps_shards):
+            raise ValueError(f"params.ps_shards must be integers >= 1, got {self.ps_shards}")
+        if any(not (math.isfinite(t) and t >= 0) for t in self.permute_at_steps):
+            raise ValueError(f"params.permute_at_steps must be times >= 0 in base steps (0: never), got "
+                             f"{self.permute_at_steps}")
         if any(g <= 0 for g in self.link_gbps):
             raise ValueError(f"params.link_gbps must be > 0, got {self.link_gbps}")
         if any(k < 1 for k in self.fixed_k) or self.tuning_seeds < 1:
