@@ -75,6 +75,8 @@ def toy_conf(tmp_path: Path) -> Path:
     toy = "tests.fixtures.toy_paper.experiments"  # each experiment registered in its YAML (fn, params_class)
     registration = {e: f"\n              fn: {toy}:{e}\n              params_class: {toy}:ToyParams"
                     for e in ("costs", "slow")}
+    # the path names an experiment; a file may still state the same name and paper (slow does)
+    identity = {"costs": "", "slow": "\n              name: slow\n              paper: toy"}
     for exp, sleep in (("costs", 0.0), ("slow", 30.0)):
         write(conf / f"experiment/toy/{exp}.yaml", f"""
             # @package _global_
@@ -82,9 +84,7 @@ def toy_conf(tmp_path: Path) -> Path:
               - /schema/experiment/default@experiment
               - override /paper: toy
               - _self_
-            experiment:
-              name: {exp}
-              paper: toy
+            experiment:{identity[exp]}
               title: toy {exp}{registration[exp]}
               policies: [fast, slow]
               params:

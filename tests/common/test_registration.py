@@ -24,8 +24,6 @@ def _experiment(conf, name: str, extra: str) -> None:
           - override /paper: toy
           - _self_
         experiment:
-          name: {name}
-          paper: toy
           policies: [fast]
     """)
     path.write_text(path.read_text() + extra)
@@ -53,6 +51,23 @@ def test_bad_registration_is_a_clear_error_at_compose(toy_conf, extra, needle):
     _experiment(toy_conf, "reg", extra)
     with pytest.raises(ConfigError, match=needle):
         compose_run(["experiment=toy/reg"], conf_dir=toy_conf)
+
+
+def test_the_path_names_the_experiment(toy_conf):
+    """``conf/experiment/<paper>/<name>.yaml`` is the one place an experiment's paper and name are written: a file
+    without the keys gets them from its path, and one that states them must agree with it."""
+    spec = compose_run(["experiment=toy/costs"], conf_dir=toy_conf)  # its file states neither key
+    assert (spec.experiment.paper, spec.experiment.name) == ("toy", "costs")
+    stated = compose_run(["experiment=toy/slow"], conf_dir=toy_conf)  # states both, equal to its path
+    assert (stated.experiment.paper, stated.experiment.name) == ("toy", "slow")
+    assert "name:" not in (toy_conf / "experiment/toy/costs.yaml").read_text()
+    path = toy_conf / "experiment/toy/renamed.yaml"
+    path.write_text((toy_conf / "experiment/toy/slow.yaml").read_text())  # a copy that kept the old name
+    with pytest.raises(ConfigError, match="its file says name: 'slow', its path says 'renamed'"):
+        compose_run(["experiment=toy/renamed"], conf_dir=toy_conf)
+    path.write_text((toy_conf / "experiment/toy/slow.yaml").read_text().replace("\n  paper: toy", "\n  paper: other"))
+    with pytest.raises(ConfigError, match="its file says paper: 'other'"):
+        compose_run(["experiment=toy/renamed"], conf_dir=toy_conf)
 
 
 def test_fn_and_params_class_enter_the_config_hash(toy_conf):

@@ -189,10 +189,28 @@ def unknown_experiment_message(choice: str, known: Sequence[str]) -> str:
 
 def check_experiment_found(cfg: DictConfig, choice: str | None) -> None:
     """Raise ConfigError if ``experiment=<choice>`` composed to nothing: the group is optional in config.yaml, so
-    Hydra silently drops an experiment name that matches no file (a typo would read "no experiment selected")."""
-    if choice is None or cfg.get("experiment") is not None:
+    Hydra silently drops an experiment name that matches no file (a typo would read "no experiment selected").
+    Otherwise give the experiment its identity from the file's path (:func:`name_from_path`)."""
+    if choice is None:
         return
-    raise ConfigError(unknown_experiment_message(choice, experiment_options()))
+    if cfg.get("experiment") is None:
+        raise ConfigError(unknown_experiment_message(choice, experiment_options()))
+    name_from_path(cfg.experiment, choice)
+
+
+def name_from_path(exp: DictConfig, choice: str) -> None:
+    """Set ``exp.paper`` and ``exp.name`` from the experiment's file, ``conf/experiment/<paper>/<name>.yaml``
+    (``choice`` = ``<paper>/<name>``): the path is the one place they are written. A file that still states
+    either key must agree with its path (ConfigError otherwise)."""
+    if "/" not in choice:
+        raise ConfigError(f"experiment {choice!r}: experiment files live at conf/experiment/<paper>/<name>.yaml")
+    paper, name = choice.split("/", 1)
+    for key, value in (("paper", paper), ("name", name)):
+        if not OmegaConf.is_missing(exp, key) and exp.get(key) not in (None, value):
+            raise ConfigError(f"experiment {choice}: its file says {key}: {exp.get(key)!r}, its path says "
+                              f"{value!r} (drop the key: the path names the experiment)")
+        with open_dict(exp):
+            exp[key] = value
 
 
 def pin_explicit_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
