@@ -400,6 +400,31 @@ def test_experiment_wide_and_missing_gates():
     assert v.verdict == "INCONCLUSIVE" and "not recorded" in v.note and v.ungated == "REPRODUCED"
 
 
+def test_another_policys_gates_never_stand_in_for_the_compared_ones():
+    """a and b record no converged rows; c, not compared, fails its gate: the claim is judged on a and b alone
+    (the gate is not recorded for them), and a claim whose ours has no rows says so instead of naming c's gate."""
+    df = pd.concat([frame({"a": [5.0, 5.1, 4.9], "b": [10.0] * 3, "c": [7.0] * 3}),
+                    frame({"c": [0.0, 0.0, 0.0]}, metric="converged")])
+    v = evaluate(claim(requires=["converged"]), df)
+    assert v.verdict == "INCONCLUSIVE" and "gate 'converged' not recorded" in v.note and "c:" not in v.note
+    absent = evaluate(claim(ours="ppo", requires=["converged"]), df)
+    assert "c:" not in absent.note and "converged" not in absent.note and "no rows for ours" in absent.note
+
+
+def test_a_filter_on_other_columns_reads_its_policys_own_gate():
+    """ours = {policy: a, attacker: zo}: a's gate rows carry no attacker; they are a's training gate all the same,
+    and b's failing gate is b's alone."""
+    runs = frame({"a": [5.0, 5.1, 4.9], "b": [10.0] * 3}, attacker="zo")
+    gates = frame({"a": [1.0, 1.0, 0.0], "b": [1.0] * 3}, metric="converged", attacker="none")
+    c = claim(ours={"policy": "a", "attacker": "zo"}, baseline={"policy": "b", "attacker": "zo"},
+              requires=["converged"])
+    v = evaluate(c, pd.concat([runs, gates]))
+    assert v.verdict == "NOT_TESTED" and "converged passed 2/3" in v.note
+    passing = frame({"a": [1.0] * 3, "b": [0.0] * 3}, metric="converged", attacker="none")
+    v = evaluate(c, pd.concat([runs, passing]))
+    assert v.verdict == "NOT_TESTED" and "converged passed 0/3" in v.note  # the baseline's cells dropped
+
+
 # ---------------------------------------------------------------------------------------------- damaged results
 
 

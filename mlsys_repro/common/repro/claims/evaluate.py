@@ -328,17 +328,29 @@ def _filters(claim: Claim) -> list[dict[str, Any]]:
     return [claim.ours, *(claim.baseline if claim.kind == "ordering" else [claim.baseline])]
 
 
+def _policy_gate(df: pd.DataFrame, flt: Mapping[str, Any], gate: str, where: Mapping[str, Any]) -> pd.DataFrame:
+    """The ``gate`` rows of the compared filter ``flt``; a gate is a property of a policy's training, so when the
+    filter also names columns its gate rows do not carry (e.g. ``attacker: zo``), the policy's own gate rows."""
+    rows = _select(df, flt, gate, where)
+    if rows.empty and "policy" in flt and len(flt) > 1:
+        rows = _select(df, {"policy": flt["policy"]}, gate, where)
+    return rows
+
+
 def _gate_cells(claim: Claim, df: pd.DataFrame) -> _Cells:
     cells = _Cells()
     filters = _filters(claim)
     over = claim.over
     for gate in claim.requires:
-        per = [_select(df, f, gate, claim.where) for f in filters]
-        if all(r.empty for r in per):  # recorded once for the whole experiment: it applies to every filter
-            wide = _select(df, {}, gate, claim.where)
+        per = [_policy_gate(df, f, gate, claim.where) for f in filters]
+        if all(r.empty for r in per):
+            # a gate recorded once for the whole experiment (policy "-") applies to every filter; another
+            # policy's gate rows never stand in for the compared ones
+            wide = _select(df, {"policy": "-"}, gate, claim.where)
             if wide.empty:
-                cells.missing.append(gate)
-                continue
+                if not _select(df, claim.ours, claim.metric, claim.where).empty:
+                    cells.missing.append(gate)
+                continue  # no rows of ours at all: the evaluation says so
             per = [wide] * len(filters)
         for i, rows in enumerate(per):
             if rows.empty:  # a policy that does not learn records no such gate (a heuristic)
