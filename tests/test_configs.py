@@ -57,7 +57,11 @@ RUN_ELSEWHERE = {("greenplace", "pareto"), ("petrel", "headline")}
 SMOKE_RUNS = [pe for pe in EXPERIMENTS if pe not in RUN_ELSEWHERE]
 
 
-@pytest.mark.parametrize("paper, exp", SMOKE_RUNS, ids=[f"{p}/{e}" for p, e in SMOKE_RUNS])
+# one xdist worker runs a paper's smoke runs one after the other (CI time): the experiments of a paper compile many
+# of the same programs, which the persistent compile cache (tests/conftest.py) then serves instead of two workers
+# compiling them side by side
+@pytest.mark.parametrize("paper, exp", [pytest.param(p, e, marks=pytest.mark.xdist_group(p), id=f"{p}/{e}")
+                                        for p, e in SMOKE_RUNS])
 def test_experiment_smoke_run(paper, exp, tmp_path):
     spec = compose_run([f"experiment={paper}/{exp}", "profile=smoke", f"paths.checkpoint_dir={tmp_path / 'ckpt'}"])
     ctx = build_context(spec, out_dir=tmp_path)

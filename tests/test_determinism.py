@@ -18,7 +18,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("paper, exp, overrides", CASES, ids=[f"{c[0]}/{c[1]}" for c in CASES])
+@pytest.mark.parametrize("paper, exp, overrides", [pytest.param(*c, marks=pytest.mark.xdist_group(c[0]),
+                                                               id=f"{c[0]}/{c[1]}") for c in CASES])
 def test_same_seed_same_table(paper, exp, overrides, tmp_path):
     frames = []
     for run in ("a", "b"):
