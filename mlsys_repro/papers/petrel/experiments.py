@@ -180,34 +180,7 @@ def _sweep_conds(ctx: RunContext, conds: Sequence[dict[str, Any]], hw_for) -> li
         decisions += d
     rows += _derived(rows, ctx, list(conds[0]))
     rows += _gate_rows(agents, decisions)
-    if p.fixed_k and len(conds) > 1:
-        rows += _constant_k_rows(rows)
     return rows
-
-
-def pick_constant_k(rows: Sequence[dict[str, Any]]) -> int:
-    """The one k, the same in every condition, whose mean time to target over all conditions' tuning runs
-    (``tuning_casp_k<k>`` rows) is least (ties: the smaller k)."""
-    times: dict[int, list[float]] = {}
-    for r in rows:
-        if r["policy"].startswith("tuning_casp_k") and r["metric"] == "time_to_target_s":
-            times.setdefault(int(r["policy"].rsplit("_k", 1)[1]), []).append(float(r["value"]))
-    if not times:
-        raise ValueError("no tuning_casp_k<k> time_to_target_s rows to pick a constant k from")
-    return min(times, key=lambda k: (float(np.mean(times[k])), k))
-
-
-def _constant_k_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``casp_const_k``: the rows of CASP with the one fixed k picked on the tuning seeds over every condition
-    (:func:`pick_constant_k`), the control that an online k must beat where conditions differ; ``const_k`` says
-    which k."""
-    k = pick_constant_k(rows)
-    out = [{**r, "policy": "casp_const_k"} for r in rows if r["policy"] == f"casp_k{k}"]
-    firsts = {}
-    for r in out:
-        firsts.setdefault(int(r["seed"]), r)
-    out += [{**r, "metric": "const_k", "value": float(k), "unit": "count"} for r in firsts.values()]
-    return out
 
 
 def comm_compute_ratio(hw, task, params: PetrelParams) -> float:
@@ -219,7 +192,9 @@ def comm_compute_ratio(hw, task, params: PetrelParams) -> float:
 
 
 def _sweep_figure(ctx: RunContext, rows: list[dict[str, Any]], column: str, xlabel: str, logx: bool) -> None:
-    df = _plotted(rows)
+    df = pd.DataFrame(rows)
+    df = df[~df["policy"].isin(DERIVED) & ~df["policy"].str.startswith("tuning_")
+            & ~(df["policy"].str.startswith("casp_k"))]
     fig, axes = figure(ncols=2)
     lines_with_ci(axes[0, 0], df, "time_to_target_s", column, xlabel=xlabel,
                   ylabel="time to target accuracy (simulated wall-clock s)", logx=logx)
@@ -229,36 +204,12 @@ def _sweep_figure(ctx: RunContext, rows: list[dict[str, Any]], column: str, xlab
 
 
 def heterogeneity(ctx: RunContext):
-    """Time to target accuracy and PS traffic vs heterogeneity (slowest/fastest speed class ratio), for each
-    number of parameter servers in ``params.ps_shards`` (a ``ps_shards`` column; none: the hardware's)."""
-    p: PetrelParams = ctx.params
-    ratios = [float(r) for r in (p.speed_ratios or [ctx.hardware.class_speeds[0] / ctx.hardware.class_speeds[-1]])]
-    shards = [int(s) for s in p.ps_shards]
-    if not shards:
-        rows = _sweep(ctx, "speed_ratio", ratios, lambda r: condition_hardware(ctx.hardware, ratio=r))
-        _sweep_figure(ctx, rows, "speed_ratio", "speed ratio fastest/slowest class", logx=True)
-        return rows
-    conds = [{"ps_shards": s, "speed_ratio": r} for s in shards for r in ratios]
-    rows = _sweep_conds(ctx, conds, lambda c: condition_hardware(ctx.hardware, ratio=c["speed_ratio"],
-                                                                  ps_shards=c["ps_shards"]))
-    df = _plotted(rows)
-    fig, axes = figure(nrows=2, ncols=len(shards))
-    for j, s in enumerate(shards):
-        sub = df[df["ps_shards"] == s]
-        lines_with_ci(axes[0, j], sub, "time_to_target_s", "speed_ratio", xlabel="speed ratio fastest/slowest class",
-                      ylabel="time to target accuracy (simulated s)", logx=True)
-        lines_with_ci(axes[1, j], sub, "wire_traffic_mb", "speed_ratio", xlabel="speed ratio fastest/slowest class",
-                      ylabel="traffic on every link to target (MB)", logx=True)
-        axes[0, j].set_title(f"{s} parameter server{'s' if s > 1 else ''}")
-    ctx.save_figure(fig, "time_and_traffic")
+    """Time to target accuracy and PS traffic vs heterogeneity (slowest/fastest speed class ratio)."""
+    ratios = ctx.params.speed_ratios or [ctx.hardware.class_speeds[0] / ctx.hardware.class_speeds[-1]]
+    rows = _sweep(ctx, "speed_ratio", [float(r) for r in ratios],
+                  lambda r: condition_hardware(ctx.hardware, ratio=r))
+    _sweep_figure(ctx, rows, "speed_ratio", "speed ratio fastest/slowest class", logx=True)
     return rows
-
-
-def _plotted(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """The rows a sweep figure draws: no derived, tuning or per-k rows."""
-    df = pd.DataFrame(rows)
-    return df[~df["policy"].isin(DERIVED) & ~df["policy"].str.startswith("tuning_")
-              & ~df["policy"].str.startswith("casp_k") & (df["policy"] != "casp_const_k")]
 
 
 def scalability(ctx: RunContext):
@@ -283,7 +234,7 @@ def comm_ratio(ctx: RunContext):
     rows = _sweep_conds(ctx, conds, lambda c: condition_hardware(ctx.hardware, ratio=c.get("speed_ratio"),
                                                                   workers=workers, link_gbps=c["link_gbps"]))
     df = pd.DataFrame(rows)
-    df = df[df["policy"].isin(["casp", "casp_best_k", "casp_const_k", "best_noncommunity"])]
+    df = df[df["policy"].isin(["casp", "casp_best_k", "best_noncommunity"])]
     fig, axes = figure(ncols=len(ratios))
     for ax, r in zip(axes[0], ratios, strict=True):
         sub = df if r is None else df[df["speed_ratio"] == r]
@@ -342,27 +293,13 @@ def headline(ctx: RunContext):
 
 def ablation(ctx: RunContext):
     """CASP with A3C-chosen communities vs fixed (non-learned) communities: k-means with fixed k, prior
-    (speed classes, never re-formed) and random assignment; with ``params.permute_at_steps``, once per time at
-    which the workers' speed classes are permuted (a ``permute_at_steps`` column, 0 = never: a stationary
-    cluster), where any partition fixed at the start groups mismatched speeds afterwards."""
-    p: PetrelParams = ctx.params
-    if not p.permute_at_steps:
-        rows, _ = _single(ctx, curves=False)
-        times = [None]
-    else:
-        times = [float(t) for t in p.permute_at_steps]
-        rows = _sweep_conds(ctx, [{"permute_at_steps": t} for t in times], lambda c: condition_hardware(
-            ctx.hardware, ratio=p.speed_ratios[0] if p.speed_ratios else None,
-            workers=p.worker_counts[0] if p.worker_counts else None, permute_at_steps=c["permute_at_steps"]))
+    (speed classes, never re-formed) and random assignment."""
+    rows, _ = _single(ctx, curves=False)
     df = pd.DataFrame(rows)
     df = df[~df["policy"].isin(DERIVED) & ~df["policy"].str.startswith("tuning_")]
-    fig, axes = figure(nrows=len(times), ncols=2)
-    for i, t in enumerate(times):
-        sub = df if t is None else df[df["permute_at_steps"] == t]
-        bars_with_ci(axes[i, 0], sub, "time_to_target_s", ylabel="time to target (simulated wall-clock s)")
-        bars_with_ci(axes[i, 1], sub, "wire_traffic_mb", ylabel="traffic on every link to target (MB)")
-        if t is not None:
-            axes[i, 0].set_title("stationary speeds" if t == 0 else f"speed classes permuted at step {t:g}")
+    fig, axes = figure(ncols=2)
+    bars_with_ci(axes[0, 0], df, "time_to_target_s", ylabel="time to target (simulated wall-clock s)")
+    bars_with_ci(axes[0, 1], df, "ps_traffic_mb", ylabel="PS traffic to target (MB)")
     ctx.save_figure(fig, "bars")
     return rows
 
