@@ -423,6 +423,15 @@ def test_a_filter_on_other_columns_reads_its_policys_own_gate():
     passing = frame({"a": [1.0] * 3, "b": [0.0] * 3}, metric="converged", attacker="none")
     v = evaluate(c, pd.concat([runs, passing]))
     assert v.verdict == "NOT_TESTED" and "converged passed 0/3" in v.note  # the baseline's cells dropped
+    # a paired quantity (ours = {policy: a, reference: b}) is valid when both runs are: a's and b's gates pooled
+    drop = frame({"a": [0.2, 0.3, 0.25]}, metric="drop", reference="b")
+    paired = claim(kind="bound", ours={"policy": "a", "reference": "b"}, baseline=None, metric="drop",
+                   paper_value=1.0, requires=["converged"])
+    ok = frame({"a": [1.0] * 3, "b": [1.0] * 3}, metric="converged", reference="-")
+    assert evaluate(paired, pd.concat([drop, ok])).verdict != "NOT_TESTED"
+    bad = frame({"a": [1.0] * 3, "b": [0.0, 0.0, 1.0]}, metric="converged", reference="-")
+    v = evaluate(paired, pd.concat([drop, bad]))
+    assert v.verdict == "NOT_TESTED" and "converged passed 4/6" in v.note
 
 
 # ---------------------------------------------------------------------------------------------- damaged results

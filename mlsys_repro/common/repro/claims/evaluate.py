@@ -329,11 +329,16 @@ def _filters(claim: Claim) -> list[dict[str, Any]]:
 
 
 def _policy_gate(df: pd.DataFrame, flt: Mapping[str, Any], gate: str, where: Mapping[str, Any]) -> pd.DataFrame:
-    """The ``gate`` rows of the compared filter ``flt``; a gate is a property of a policy's training, so when the
-    filter also names columns its gate rows do not carry (e.g. ``attacker: zo``), the policy's own gate rows."""
+    """The ``gate`` rows of the compared filter ``flt``. A gate is a property of a policy's training, so when the
+    filter also names columns its gate rows do not carry, the gate rows of every policy the filter names: its
+    ``policy`` and any other value that is itself a gated policy (``reference: bml``: a paired quantity is valid
+    when both runs are; ``attacker: zo`` names none)."""
     rows = _select(df, flt, gate, where)
     if rows.empty and "policy" in flt and len(flt) > 1:
-        rows = _select(df, {"policy": flt["policy"]}, gate, where)
+        gated = set(df.loc[df["metric"] == gate, "policy"].astype(str))
+        names = [str(flt["policy"])] + [str(v) for k, v in flt.items()
+                                        if k != "policy" and not isinstance(v, list) and str(v) in gated]
+        rows = _select(df, {"policy": names}, gate, where)
     return rows
 
 
