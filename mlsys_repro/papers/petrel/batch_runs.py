@@ -132,8 +132,15 @@ def run_jobs(task: Task, hw: PSClusterHardware, jobs: Sequence[tuple[str, SyncPo
 
 
 def condition_hardware(hw: PSClusterHardware, ratio: float | None = None, workers: int | None = None,
-                       link_gbps: float | None = None) -> PSClusterHardware:
+                       link_gbps: float | None = None, ps_shards: int | None = None,
+                       permute_at_steps: float | None = None) -> PSClusterHardware:
+    """``hw`` with the condition's speed ratio, worker count, link rate, PS shards and speed permutation time
+    (``permute_at_steps`` 0: never); ``None`` keeps the hardware's own."""
     out = hw
+    if ps_shards is not None:
+        out = dataclasses.replace(out, ps_shards=int(ps_shards))
+    if permute_at_steps is not None:
+        out = dataclasses.replace(out, permute_speeds_at_steps=float(permute_at_steps) or None)
     if workers is not None:
         out = with_workers(out, workers)
     if ratio is not None:

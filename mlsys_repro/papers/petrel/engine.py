@@ -131,9 +131,11 @@ def _probe(task: Task, data, w: jax.Array, idx: jax.Array) -> jax.Array:
 
 
 def single_gradient(task: Task, w: np.ndarray, idx: np.ndarray, mode: str = "map") -> tuple[np.ndarray, float]:
-    """One gradient through the same compiled path as the engine's chunk of size 1."""
-    g, loss = _grads(task, mode, task.train_data, jnp.asarray(w[None]), jnp.zeros(1, jnp.int32),
-                     jnp.asarray(idx[None].astype(np.int32)))
+    """One gradient through the same compiled path as the engine's smallest chunk (padded to its size: a
+    one-trip ``lax.map`` compiles to straight-line code whose loss can differ in the last bit)."""
+    n = _bucket(1, 1 << 30)
+    g, loss = _grads(task, mode, task.train_data, jnp.asarray(w[None]), jnp.zeros(n, jnp.int32),
+                     jnp.asarray(np.repeat(idx[None].astype(np.int32), n, axis=0)))
     return np.asarray(g[0]), float(loss[0])
 
 

@@ -12,9 +12,11 @@ kind is not ``casp``): ``best_noncommunity`` (the fastest one; its time, traffic
 target) and ``mean_noncommunity`` (their mean time and mean traffic; reached only if every one of them did), so a
 time-to-target claim against them can be checked for censoring.
 
-With ``params.fixed_k``, every condition also runs CASP with k-means communities for each fixed k (``casp_k<k>``)
-on the reported seeds and on disjoint tuning seeds (``tuning_casp_k<k>``); ``casp_best_k`` repeats the rows of the
-k with the least mean time on the tuning seeds (``best_k`` says which). A3C policies carry two 0/1 gate metrics:
+With ``params.fixed_k``, every condition first runs CASP with k-means communities for each fixed k on disjoint
+tuning seeds (``tuning_casp_k<k>``); the reported seeds then run CASP at the k with the least mean time on that
+condition's tuning seeds (``casp_k<k>``, repeated as ``casp_best_k``; ``best_k`` says which) and, on a sweep of
+several conditions, at the one k with the least mean time over every condition's tuning seeds (``casp_const_k``;
+``const_k`` says which). The other fixed k never run on the reported seeds: nothing reads them. A3C policies carry two 0/1 gate metrics:
 ``arms_differ`` (its greedy decisions over all runs of the experiment take >= 2 values of k) and ``converged``
 (:func:`mlsys_repro.papers.petrel.a3c.learning_summary` of its training).
 """
@@ -121,25 +123,47 @@ def pick_best_k(tuning: Sequence[RunResult]) -> int:
     return min(times, key=lambda k: (float(np.mean(times[k])), k))
 
 
-def _condition(ctx: RunContext, task, hw, agents, note: str, **cond: Any):
-    """Rows of every policy (and the fixed-k baseline) on one hardware condition, the runs, and the A3C decisions."""
+def _tuning_runs(ctx: RunContext, task, hw, agents, note: str) -> list[RunResult]:
+    """CASP with k-means communities at every fixed k <= N on the tuning seeds of one hardware condition."""
+    p: PetrelParams = ctx.params
+    fixed = _fixed_k_policies(ctx, hw.num_workers) if p.fixed_k else {}
+    tune_seeds = [p.tuning_seed_offset + i for i in range(p.tuning_seeds)]
+    jobs = [(f"tuning_{name}", pol, s) for name, pol in fixed.items() for s in tune_seeds]
+    if not jobs:
+        return []
+    return run_jobs(task, hw, jobs, p, agents, progress=lambda sim: ctx.progress.update(note=f"{note} {sim.label}"))
+
+
+def _reported_ks(ctx: RunContext, hw, tuning: Sequence[RunResult], const_k: int | None) -> list[int]:
+    """The fixed k the reported seeds run on one condition: the condition's best on its tuning runs, and
+    ``const_k`` (when given and <= N)."""
+    if not tuning:
+        return []
+    ks = {pick_best_k(tuning)}
+    if const_k is not None and f"casp_k{const_k}" in _fixed_k_policies(ctx, hw.num_workers):
+        ks.add(int(const_k))
+    return sorted(ks)
+
+
+def _condition(ctx: RunContext, task, hw, agents, note: str, tuning: Sequence[RunResult] = (),
+               const_k: int | None = None, **cond: Any):
+    """Rows of every policy on one hardware condition and of CASP at the fixed k picked on ``tuning`` (that
+    condition's tuning runs, whose rows are included) and at ``const_k``; the runs; and the A3C decisions."""
     p: PetrelParams = ctx.params
     seeds = [int(s) for s in ctx.seeds()]
     jobs = [(name, pol, s) for name, pol in ctx.policies.items() for s in seeds]
     fixed = _fixed_k_policies(ctx, hw.num_workers) if p.fixed_k else {}
-    tune_seeds = [p.tuning_seed_offset + i for i in range(p.tuning_seeds)]
-    jobs += [(name, pol, s) for name, pol in fixed.items() for s in seeds]
-    jobs += [(f"tuning_{name}", pol, s) for name, pol in fixed.items() for s in tune_seeds]
+    jobs += [(f"casp_k{k}", fixed[f"casp_k{k}"], s) for k in _reported_ks(ctx, hw, tuning, const_k) for s in seeds]
     res = run_jobs(task, hw, jobs, p, agents, progress=lambda sim: ctx.progress.update(note=f"{note} {sim.label}"))
-    rows = _rows(res, **cond)
-    if fixed:
-        best = pick_best_k([r for r in res if r.policy.startswith("tuning_")])
+    rows = _rows([*res, *tuning], **cond)
+    if tuning:
+        best = pick_best_k(tuning)
         for r in res:
             if r.policy == f"casp_k{best}":
                 rows += _rows([RunResult("casp_best_k", r.seed, r.metrics, r.curve, r.decisions)], **cond)
                 rows += metric_rows("casp_best_k", {"best_k": (float(best), "count")}, seeds=[r.seed], **cond)
     decisions = [(r.policy, r.seed, cond, [k for _, k in r.decisions]) for r in res if r.policy in agents]
-    return rows, res, decisions
+    return rows, [*res, *tuning], decisions
 
 
 def _gate_rows(agents, decisions) -> list[dict[str, Any]]:
@@ -165,22 +189,54 @@ def _sweep_conds(ctx: RunContext, conds: Sequence[dict[str, Any]], hw_for) -> li
     task = task_for(ctx)
     agents = _agents(ctx, task)
     p: PetrelParams = ctx.params
-    per = len(ctx.policies) * ctx.num_seeds + len(set(p.fixed_k)) * (ctx.num_seeds + p.tuning_seeds)
-    ctx.progress.start(len(conds) * per, "runs")
+    hws = [hw_for(c) for c in conds]
+    notes = [" ".join(f"{k}={v}" for k, v in c.items()) for c in conds]
+    ctx.progress.start(sum(len(_fixed_k_policies(ctx, hw.num_workers)) for hw in hws) * p.tuning_seeds
+                       if p.fixed_k else 0, "tuning runs")
+    tuning = [_tuning_runs(ctx, task, hw, agents, note) for hw, note in zip(hws, notes, strict=True)]
+    all_tuning = [r for t in tuning for r in t]
+    const_k = pick_constant_k(_rows(all_tuning)) if p.fixed_k and len(conds) > 1 else None
+    ctx.progress.start(sum(len(ctx.policies) + len(_reported_ks(ctx, hw, t, const_k))
+                           for hw, t in zip(hws, tuning, strict=True)) * ctx.num_seeds, "runs")
     rows: list[dict[str, Any]] = []
     decisions: list = []
-    for c in conds:
-        hw = hw_for(c)
+    for c, hw, note, t in zip(conds, hws, notes, tuning, strict=True):
         cond = dict(c)
         if "link_gbps" in cond:
             cond["comm_ratio"] = round(comm_compute_ratio(hw, task, p), 4)
-        note = " ".join(f"{k}={v}" for k, v in c.items())
-        r, _, d = _condition(ctx, task, hw, agents, note, **cond)
+        r, _, d = _condition(ctx, task, hw, agents, note, t, const_k, **cond)
         rows += r
         decisions += d
     rows += _derived(rows, ctx, list(conds[0]))
     rows += _gate_rows(agents, decisions)
+    if p.fixed_k and len(conds) > 1:
+        rows += _constant_k_rows(rows)
     return rows
+
+
+def pick_constant_k(rows: Sequence[dict[str, Any]]) -> int:
+    """The one k, the same in every condition, whose mean time to target over all conditions' tuning runs
+    (``tuning_casp_k<k>`` rows) is least (ties: the smaller k)."""
+    times: dict[int, list[float]] = {}
+    for r in rows:
+        if r["policy"].startswith("tuning_casp_k") and r["metric"] == "time_to_target_s":
+            times.setdefault(int(r["policy"].rsplit("_k", 1)[1]), []).append(float(r["value"]))
+    if not times:
+        raise ValueError("no tuning_casp_k<k> time_to_target_s rows to pick a constant k from")
+    return min(times, key=lambda k: (float(np.mean(times[k])), k))
+
+
+def _constant_k_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``casp_const_k``: the rows of CASP with the one fixed k picked on the tuning seeds over every condition
+    (:func:`pick_constant_k`), the control that an online k must beat where conditions differ; ``const_k`` says
+    which k."""
+    k = pick_constant_k(rows)
+    out = [{**r, "policy": "casp_const_k"} for r in rows if r["policy"] == f"casp_k{k}"]
+    firsts = {}
+    for r in out:
+        firsts.setdefault(int(r["seed"]), r)
+    out += [{**r, "metric": "const_k", "value": float(k), "unit": "count"} for r in firsts.values()]
+    return out
 
 
 def comm_compute_ratio(hw, task, params: PetrelParams) -> float:
@@ -192,9 +248,7 @@ def comm_compute_ratio(hw, task, params: PetrelParams) -> float:
 
 
 def _sweep_figure(ctx: RunContext, rows: list[dict[str, Any]], column: str, xlabel: str, logx: bool) -> None:
-    df = pd.DataFrame(rows)
-    df = df[~df["policy"].isin(DERIVED) & ~df["policy"].str.startswith("tuning_")
-            & ~(df["policy"].str.startswith("casp_k"))]
+    df = _plotted(rows)
     fig, axes = figure(ncols=2)
     lines_with_ci(axes[0, 0], df, "time_to_target_s", column, xlabel=xlabel,
                   ylabel="time to target accuracy (simulated wall-clock s)", logx=logx)
@@ -204,12 +258,36 @@ def _sweep_figure(ctx: RunContext, rows: list[dict[str, Any]], column: str, xlab
 
 
 def heterogeneity(ctx: RunContext):
-    """Time to target accuracy and PS traffic vs heterogeneity (slowest/fastest speed class ratio)."""
-    ratios = ctx.params.speed_ratios or [ctx.hardware.class_speeds[0] / ctx.hardware.class_speeds[-1]]
-    rows = _sweep(ctx, "speed_ratio", [float(r) for r in ratios],
-                  lambda r: condition_hardware(ctx.hardware, ratio=r))
-    _sweep_figure(ctx, rows, "speed_ratio", "speed ratio fastest/slowest class", logx=True)
+    """Time to target accuracy and PS traffic vs heterogeneity (slowest/fastest speed class ratio), for each
+    number of parameter servers in ``params.ps_shards`` (a ``ps_shards`` column; none: the hardware's)."""
+    p: PetrelParams = ctx.params
+    ratios = [float(r) for r in (p.speed_ratios or [ctx.hardware.class_speeds[0] / ctx.hardware.class_speeds[-1]])]
+    shards = [int(s) for s in p.ps_shards]
+    if not shards:
+        rows = _sweep(ctx, "speed_ratio", ratios, lambda r: condition_hardware(ctx.hardware, ratio=r))
+        _sweep_figure(ctx, rows, "speed_ratio", "speed ratio fastest/slowest class", logx=True)
+        return rows
+    conds = [{"ps_shards": s, "speed_ratio": r} for s in shards for r in ratios]
+    rows = _sweep_conds(ctx, conds, lambda c: condition_hardware(ctx.hardware, ratio=c["speed_ratio"],
+                                                                  ps_shards=c["ps_shards"]))
+    df = _plotted(rows)
+    fig, axes = figure(nrows=2, ncols=len(shards))
+    for j, s in enumerate(shards):
+        sub = df[df["ps_shards"] == s]
+        lines_with_ci(axes[0, j], sub, "time_to_target_s", "speed_ratio", xlabel="speed ratio fastest/slowest class",
+                      ylabel="time to target accuracy (simulated s)", logx=True)
+        lines_with_ci(axes[1, j], sub, "wire_traffic_mb", "speed_ratio", xlabel="speed ratio fastest/slowest class",
+                      ylabel="traffic on every link to target (MB)", logx=True)
+        axes[0, j].set_title(f"{s} parameter server{'s' if s > 1 else ''}")
+    ctx.save_figure(fig, "time_and_traffic")
     return rows
+
+
+def _plotted(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """The rows a sweep figure draws: no derived, tuning or per-k rows."""
+    df = pd.DataFrame(rows)
+    return df[~df["policy"].isin(DERIVED) & ~df["policy"].str.startswith("tuning_")
+              & ~df["policy"].str.startswith("casp_k") & (df["policy"] != "casp_const_k")]
 
 
 def scalability(ctx: RunContext):
@@ -234,7 +312,7 @@ def comm_ratio(ctx: RunContext):
     rows = _sweep_conds(ctx, conds, lambda c: condition_hardware(ctx.hardware, ratio=c.get("speed_ratio"),
                                                                   workers=workers, link_gbps=c["link_gbps"]))
     df = pd.DataFrame(rows)
-    df = df[df["policy"].isin(["casp", "casp_best_k", "best_noncommunity"])]
+    df = df[df["policy"].isin(["casp", "casp_best_k", "casp_const_k", "best_noncommunity"])]
     fig, axes = figure(ncols=len(ratios))
     for ax, r in zip(axes[0], ratios, strict=True):
         sub = df if r is None else df[df["speed_ratio"] == r]
@@ -253,9 +331,11 @@ def _single(ctx: RunContext, curves: bool) -> tuple[list[dict[str, Any]], list[R
     hw = condition_hardware(ctx.hardware, ratio=p.speed_ratios[0] if p.speed_ratios else None,
                             workers=p.worker_counts[0] if p.worker_counts else None,
                             link_gbps=p.link_gbps[0] if p.link_gbps else None)
-    per = len(ctx.policies) * ctx.num_seeds + len(set(p.fixed_k)) * (ctx.num_seeds + p.tuning_seeds)
-    ctx.progress.start(per, "runs")
-    rows, res, decisions = _condition(ctx, task, hw, agents, "")
+    ctx.progress.start(len(_fixed_k_policies(ctx, hw.num_workers)) * p.tuning_seeds if p.fixed_k else 0,
+                       "tuning runs")
+    tuning = _tuning_runs(ctx, task, hw, agents, "")
+    ctx.progress.start((len(ctx.policies) + len(_reported_ks(ctx, hw, tuning, None))) * ctx.num_seeds, "runs")
+    rows, res, decisions = _condition(ctx, task, hw, agents, "", tuning)
     rows += _derived(rows, ctx, [])
     rows += _gate_rows(agents, decisions)
     res = [r for r in res if r.policy in ctx.policies]
@@ -293,13 +373,27 @@ def headline(ctx: RunContext):
 
 def ablation(ctx: RunContext):
     """CASP with A3C-chosen communities vs fixed (non-learned) communities: k-means with fixed k, prior
-    (speed classes, never re-formed) and random assignment."""
-    rows, _ = _single(ctx, curves=False)
+    (speed classes, never re-formed) and random assignment; with ``params.permute_at_steps``, once per time at
+    which the workers' speed classes are permuted (a ``permute_at_steps`` column, 0 = never: a stationary
+    cluster), where any partition fixed at the start groups mismatched speeds afterwards."""
+    p: PetrelParams = ctx.params
+    if not p.permute_at_steps:
+        rows, _ = _single(ctx, curves=False)
+        times = [None]
+    else:
+        times = [float(t) for t in p.permute_at_steps]
+        rows = _sweep_conds(ctx, [{"permute_at_steps": t} for t in times], lambda c: condition_hardware(
+            ctx.hardware, ratio=p.speed_ratios[0] if p.speed_ratios else None,
+            workers=p.worker_counts[0] if p.worker_counts else None, permute_at_steps=c["permute_at_steps"]))
     df = pd.DataFrame(rows)
     df = df[~df["policy"].isin(DERIVED) & ~df["policy"].str.startswith("tuning_")]
-    fig, axes = figure(ncols=2)
-    bars_with_ci(axes[0, 0], df, "time_to_target_s", ylabel="time to target (simulated wall-clock s)")
-    bars_with_ci(axes[0, 1], df, "ps_traffic_mb", ylabel="PS traffic to target (MB)")
+    fig, axes = figure(nrows=len(times), ncols=2)
+    for i, t in enumerate(times):
+        sub = df if t is None else df[df["permute_at_steps"] == t]
+        bars_with_ci(axes[i, 0], sub, "time_to_target_s", ylabel="time to target (simulated wall-clock s)")
+        bars_with_ci(axes[i, 1], sub, "wire_traffic_mb", ylabel="traffic on every link to target (MB)")
+        if t is not None:
+            axes[i, 0].set_title("stationary speeds" if t == 0 else f"speed classes permuted at step {t:g}")
     ctx.save_figure(fig, "bars")
     return rows
 

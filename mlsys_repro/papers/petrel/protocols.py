@@ -14,6 +14,13 @@
   ``prior`` (known speed classes, fixed), ``kmeans`` (1-D k-means on measured EWMA iteration times with a fixed k,
   re-formed at each decision), ``random`` (fixed random partition), ``a3c`` (k chosen online by the A3C agent,
   :mod:`mlsys_repro.papers.petrel.a3c`).
+* ``hier_bsp`` [ours, issue #50]: hierarchical BSP, the non-community aggregation baseline. One barrier over all
+  workers, as BSP, but the gradients are aggregated in k fixed groups that ignore speeds (``index``: contiguous
+  blocks of worker indices, sizes as ``np.array_split``; ``random``: a seeded random partition), each at its first
+  (lowest-index) worker, which pushes one message per round; the PS applies the sum of all N gradients once every
+  group's aggregate has arrived and sends the new parameters to the k group leaders, which forward them to their
+  groups. The PS tier carries k pushes and k pulls per round instead of BSP's N (the relief CASP's leaders bring),
+  with none of CASP's grouping by speed or asynchrony across groups; the update is BSP's, bit for bit.
 """
 
 from __future__ import annotations
@@ -38,6 +45,28 @@ class Singletons(Grouper):
 
     def initial(self, sim: PSSim) -> list[list[int]]:
         return [[w] for w in range(sim.n)]
+
+
+class HierarchicalGroups(Grouper):
+    """hier_bsp: one barrier group of all workers, aggregated in ``k`` fixed speed-blind units at their first worker."""
+
+    via_leader = True
+
+    def __init__(self, k: int, grouping: str, seed: int):
+        self.k, self.grouping, self.seed = int(k), grouping, seed
+
+    def initial(self, sim: PSSim) -> list[list[int]]:
+        return [list(range(sim.n))]
+
+    def units(self, sim: PSSim, members: list[int]) -> list[list[int]]:
+        k = min(self.k, len(members))
+        if self.grouping == "random":
+            return [[members[i] for i in g] for g in random_groups(len(members), k,
+                                                                    np.random.default_rng([self.seed, 0x41E7]))]
+        return [[int(m) for m in b] for b in np.array_split(np.asarray(members), k)]
+
+    def leader(self, sim: PSSim, unit: list[int]) -> int:
+        return min(unit)
 
 
 class SSPGate(Gate):
@@ -143,6 +172,8 @@ def make_protocol(policy: SyncPolicy, sim_n: int, prior_k: int, seed: int, agent
     k = policy.num_communities or prior_k
     if k > sim_n:
         raise ValueError(f"policy {policy.name}: {k} communities for {sim_n} workers (more communities than workers)")
+    if kind == "hier_bsp":
+        return HierarchicalGroups(k, policy.grouping, seed), Gate()
     if policy.grouping == "prior":
         return PriorCommunities(), Gate()
     if policy.grouping == "kmeans":

@@ -10,8 +10,9 @@ from omegaconf import MISSING
 
 from mlsys_repro.common.repro.schema import BaseHardware, BasePolicy, register_schema
 
-POLICY_KINDS = ("bsp", "asp", "ssp", "dssp", "casp")
-GROUPINGS = ("a3c", "kmeans", "prior", "random")
+POLICY_KINDS = ("bsp", "asp", "ssp", "dssp", "casp", "hier_bsp")
+GROUPINGS = ("a3c", "kmeans", "prior", "random", "index")
+HIER_GROUPINGS = ("index", "random")  # hier_bsp groups never look at speeds
 ENGINE_MODES = ("vmap", "map")
 
 
@@ -27,13 +28,20 @@ def _prob(name: str, x: float) -> None:
 
 @dataclass
 class PSClusterHardware(BaseHardware):
-    """A heterogeneous parameter-server cluster: N workers in speed classes, one PS, FIFO NICs.
+    """A heterogeneous parameter-server cluster: N workers in speed classes, a PS tier of ``ps_shards`` servers,
+    FIFO NICs.
 
     One iteration of worker ``w`` takes ``base_step_s / class_speeds[class(w)]`` seconds, times per-iteration
     log-normal noise, a transient straggler slowdown and a persistent regime (see
     :mod:`mlsys_repro.papers.petrel.hardware`). ``prior_communities`` is the number of similarity groups known before
     training (e.g. GPU types); it is how CASP forms its first communities and the community count of the fixed-community
     ablation.
+
+    [ours, issue #50] ``ps_shards`` = S parameter servers, each holding 1/S of the parameter vector behind its own
+    NIC of ``ps_bandwidth_gbps``: every PS-tier message is split evenly over the S NICs (S = 1: a single PS
+    NIC). ``permute_speeds_at_steps`` (None: never) makes the cluster non-stationary: at that simulated time (in
+    units of ``base_step_s``) the workers' speed classes are permuted by a seeded permutation, so any partition
+    fixed at the start groups mismatched speeds afterwards (see :mod:`mlsys_repro.papers.petrel.hardware`).
     """
 
     kind: str = "ps_cluster"
@@ -49,7 +57,9 @@ class PSClusterHardware(BaseHardware):
     straggler_slowdown: float = 2.0
     regime_shift_prob: float = 0.0002
     regime_shift_factor: float = 2.3
-    ps_bandwidth_gbps: float = 1.0
+    ps_bandwidth_gbps: float = 1.0  # per PS NIC (each of the ps_shards servers has one)
+    ps_shards: int = 1  # [ours] parameter servers the parameters are split over evenly; 1 = one PS NIC
+    permute_speeds_at_steps: float | None = None  # [ours] permute the speed classes at this time (base steps)
     worker_bandwidth_gbps: float = 1.0
     latency_us: float = 50.0
     header_bytes: int = 64
@@ -93,6 +103,12 @@ class PSClusterHardware(BaseHardware):
             raise ValueError("hardware.straggler_slowdown and hardware.regime_shift_factor must be >= 1, got "
                              f"{self.straggler_slowdown} and {self.regime_shift_factor}")
         _positive("hardware.ps_bandwidth_gbps", self.ps_bandwidth_gbps)
+        if not (isinstance(self.ps_shards, int) and self.ps_shards >= 1):
+            raise ValueError(f"hardware.ps_shards must be an integer >= 1 (parameter servers), got {self.ps_shards!r}")
+        if self.permute_speeds_at_steps is not None and not (math.isfinite(self.permute_speeds_at_steps)
+                                                             and self.permute_speeds_at_steps >= 0):
+            raise ValueError("hardware.permute_speeds_at_steps must be None (never) or a time >= 0 in base steps, "
+                             f"got {self.permute_speeds_at_steps!r}")
         _positive("hardware.worker_bandwidth_gbps", self.worker_bandwidth_gbps)
         if not (math.isfinite(self.latency_us) and self.latency_us >= 0):
             raise ValueError(f"hardware.latency_us must be >= 0, got {self.latency_us}")
@@ -151,7 +167,10 @@ class SyncPolicy(BasePolicy):
 
     kind: ``bsp`` (barrier over all workers), ``asp`` (apply on arrival), ``ssp`` (clock gap <= ``staleness``),
     ``dssp`` (gap in [staleness_low, staleness_high], chosen per push by DSSP's controller), ``casp``
-    (communities: synchronous inside, asynchronous across; ``grouping`` says how communities are formed).
+    (communities: synchronous inside, asynchronous across; ``grouping`` says how communities are formed),
+    ``hier_bsp`` ([ours] BSP over all workers with its gradients aggregated in ``num_communities`` fixed groups, each
+    at its first worker: ``grouping`` ``index`` = contiguous blocks of worker indices, ``random`` = a seeded random
+    partition; speeds are never looked at).
     """
 
     kind: str = MISSING
@@ -176,6 +195,11 @@ class SyncPolicy(BasePolicy):
                              f"{self.staleness_low}, {self.staleness_high}")
         if self.grouping not in GROUPINGS:
             raise ValueError(f"policy.grouping must be one of {GROUPINGS}, got {self.grouping!r}")
+        if self.kind == "hier_bsp" and self.grouping not in HIER_GROUPINGS:
+            raise ValueError(f"policy.grouping must be one of {HIER_GROUPINGS} for kind hier_bsp (its groups ignore "
+                             f"speeds), got {self.grouping!r}")
+        if self.kind != "hier_bsp" and self.grouping == "index":
+            raise ValueError(f"policy.grouping 'index' is only for kind hier_bsp, got kind {self.kind!r}")
         if self.num_communities < 0 or self.action_levels < 2:
             raise ValueError("policy.num_communities must be >= 0 and policy.action_levels >= 2 (k = 1 and k = N)")
         _positive("policy.decision_every_steps", self.decision_every_steps)
@@ -205,6 +229,9 @@ class PetrelParams:
     a3c_episode_decisions: int = 0  # overrides policy.a3c.episode_decisions when > 0 (smoke profile)
     curve_points: int = 40  # points per run kept for the accuracy/loss vs time curves
     link_gbps: list[float] = field(default_factory=list)  # sweep: every NIC's rate, Gb/s (empty: as hardware)
+    ps_shards: list[int] = field(default_factory=list)  # sweep: parameter servers S (empty: hardware.ps_shards)
+    # sweep: speed classes permuted at this time, in base steps (0: never; empty: as hardware)
+    permute_at_steps: list[float] = field(default_factory=list)
     # best fixed k baseline: CASP with k-means communities for each k here (k <= N), run on the reported seeds and
     # on ``tuning_seeds`` seeds from ``tuning_seed_offset``; the k with the least mean time on the tuning seeds is
     # reported as ``casp_best_k`` (picked without looking at the reported seeds)
@@ -228,6 +255,11 @@ class PetrelParams:
             raise ValueError(f"params.engine_mode must be one of {ENGINE_MODES}, got {self.engine_mode!r}")
         if any(r < 1 for r in self.speed_ratios):
             raise ValueError(f"params.speed_ratios must be >= 1 (slowest/fastest), got {self.speed_ratios}")
+        if any(not (isinstance(s, int) and s >= 1) for s in self.ps_shards):
+            raise ValueError(f"params.ps_shards must be integers >= 1, got {self.ps_shards}")
+        if any(not (math.isfinite(t) and t >= 0) for t in self.permute_at_steps):
+            raise ValueError(f"params.permute_at_steps must be times >= 0 in base steps (0: never), got "
+                             f"{self.permute_at_steps}")
         if any(g <= 0 for g in self.link_gbps):
             raise ValueError(f"params.link_gbps must be > 0, got {self.link_gbps}")
         if any(k < 1 for k in self.fixed_k) or self.tuning_seeds < 1:

@@ -6,10 +6,25 @@ message crosses FIFO NICs (sender egress and receiver ingress, ``latency + bytes
 actual payload (``4 * P`` float32 bytes plus a header), or the payload of a realistic model (``hardware.payload_bytes``,
 from :mod:`mlsys_repro.common.timing`) while the numerics train the small proxy.
 
-Traffic is counted per tier: the *PS tier* (pushes and pulls through the PS NIC) and the *leader tier* (member <->
-community-leader messages between workers). Every message belongs to exactly one tier; its bytes are counted when
-it leaves the sender's egress link and again when it arrives at the receiver, so per tier ``sent = arrived +
-in flight`` (tested).
+Traffic is counted per tier: the *PS tier* (pushes and pulls through the PS NICs) and the *leader tier* (member <->
+leader messages between workers). Every message belongs to exactly one tier; its bytes are counted when it leaves
+the sender's egress link and again when it arrives at the receiver, so per tier ``sent = arrived + in flight``
+(tested). *Wire bytes* (:attr:`PSSim.wire_bytes`, ``wire_bytes_to_target``) count every message once, whichever
+tier: PS-tier bytes plus leader-tier bytes; they equal the PS-tier bytes for mechanisms without leaders (BSP, ASP,
+SSP, DSSP) and exceed them when gradients are aggregated at workers (CASP, hier_bsp).
+
+PS sharding [ours, issue #50]: the PS tier is ``hw.ps_shards`` = S parameter servers, each holding 1/S of the
+parameter vector behind its own NIC (one :class:`Link` per direction, all in a :class:`LinkBank`). A PS-tier message
+of ``b`` bytes (a push or a pull, of a worker or a leader) is split into S parts of ``b / S`` bytes (the remainder
+spread one byte at a time over the first parts; headers are not duplicated), part ``s`` crossing PS NIC ``s``; the
+worker's NIC sends (or receives) the parts one after another, each part holds its two links like any transfer, and
+the message is delivered when its last part has arrived. So each PS NIC carries 1/S of the PS-tier bytes and a
+burst of ``m`` equal messages through the PS tier takes ``(m + S - 1) / S`` single-NIC message times instead of
+``m`` (parts pipeline over the S NICs; the ``(S - 1) / S`` is the pipeline filling, which an ideal fluid split
+would not pay), while one isolated message still takes one message time at equal NIC rates (the worker's NIC is
+then the bottleneck). As every transfer here holds both its links at the slower one's rate, an isolated message is
+not faster with S either when the worker NICs are faster than the PS NICs (a fluid split would take 1/S of the
+time). S = 1 is the single-PS model, operation for operation.
 
 Every synchronisation mechanism is a partition of the workers into *groups* plus an optional *gate*:
 
@@ -19,7 +34,12 @@ Every synchronisation mechanism is a partition of the workers into *groups* plus
   member, or to the leader, which broadcasts them to the other members);
 * BSP = one group of all workers aggregated at the PS; ASP = singleton groups; SSP/DSSP = singletons with a gate
   that holds a worker's reply while it is too far ahead; CASP = communities aggregated at a leader, asynchronous
-  across communities, re-formed by a grouper (A3C, k-means, prior or random) every decision interval.
+  across communities, re-formed by a grouper (A3C, k-means, prior or random) every decision interval;
+  hier_bsp [ours] = one group of all workers whose gradients are aggregated in fixed *units* (blocks of worker
+  indices), each at the unit's first worker, which pushes one message per round and broadcasts the parameters it
+  pulls to its unit. A group's aggregation units are the grouper's choice (:meth:`Grouper.units`; one unit = the
+  whole group by default), and so is each unit's leader (:meth:`Grouper.leader`; by default the member with the
+  least EWMA iteration time).
 
 A new partition takes effect at round boundaries: a group that is not in the new partition finishes its round
 (each of its gradients is applied exactly once), then its members wait until every member of their new group is
@@ -58,21 +78,36 @@ class Grad:
     compute_s: float
     gap: int
     applied_version: int = -1  # PS version this gradient produced (set when applied)
+    start_s: float = 0.0  # simulated time its computation started
 
 
 @dataclass
 class Group:
+    """Workers whose gradients the PS applies together, once per round. With ``via_leader`` the gradients are first
+    aggregated per unit (``units[i]``, at ``leaders[i]``), and each unit's leader pushes one message per round."""
+
     members: list[int]
-    leader: int
+    units: list[list[int]]
+    leaders: list[int]
     via_leader: bool
-    buffer: list[Grad] = field(default_factory=list)  # at the leader
     ps_buffer: list[Grad] = field(default_factory=list)  # at the PS
     rounds: int = 0
     dissolve: bool = False
+    buffers: list[list[Grad]] = field(init=False)  # per unit, at its leader
+    unit_of: dict[int, int] = field(init=False)  # member -> index of its unit
+
+    def __post_init__(self) -> None:
+        self.buffers = [[] for _ in self.units]
+        self.unit_of = {m: i for i, u in enumerate(self.units) for m in u}
 
     @property
     def key(self) -> tuple[int, ...]:
         return tuple(self.members)
+
+    @property
+    def leader(self) -> int:
+        """The leader of the first unit (the only one unless the grouper splits groups into units)."""
+        return self.leaders[0]
 
 
 class Link:
@@ -82,6 +117,38 @@ class Link:
 
     def __init__(self, bw: float):
         self.bw, self.free_at, self.busy, self.bytes = bw, 0.0, 0.0, 0
+
+
+class LinkBank:
+    """One direction of the PS tier: one :class:`Link` per parameter server (``links[s]``).
+
+    Read as a whole it is one link of the summed rate: ``bytes`` = bytes over all its links, ``bw`` = their summed
+    rate, ``busy`` = the mean busy seconds per link (so ``busy / elapsed`` is a utilisation in [0, 1]). With one
+    server these are that link's own values."""
+
+    __slots__ = ("links",)
+
+    def __init__(self, shards: int, bw: float):
+        self.links = [Link(bw) for _ in range(shards)]
+
+    @property
+    def bytes(self) -> int:
+        return sum(lk.bytes for lk in self.links)
+
+    @property
+    def bw(self) -> float:
+        return sum(lk.bw for lk in self.links)
+
+    @property
+    def busy(self) -> float:
+        return sum(lk.busy for lk in self.links) / len(self.links)
+
+
+def shard_bytes(nbytes: int, shards: int) -> list[int]:
+    """``nbytes`` split over ``shards`` parameter servers: equal parts, the remainder one byte each to the first
+    parts; parts of zero bytes are dropped (a message smaller than ``shards`` bytes)."""
+    q, r = divmod(int(nbytes), shards)
+    return [q + (s < r) for s in range(shards) if q + (s < r) > 0]
 
 
 class ShardSampler:
@@ -119,7 +186,8 @@ class Gate:
 
 
 class Grouper:
-    """Partition policy: the initial groups and, for adaptive policies, a new partition at each decision."""
+    """Partition policy: the initial groups and, for adaptive policies, a new partition at each decision; and, for
+    ``via_leader`` policies, the aggregation units of a group and the leader of each unit."""
 
     via_leader: bool = False
     decides: bool = False
@@ -129,6 +197,14 @@ class Grouper:
 
     def decide(self, sim: PSSim) -> list[list[int]] | None:
         return None
+
+    def units(self, sim: PSSim, members: list[int]) -> list[list[int]]:
+        """Aggregation units of a group (``members`` sorted): by default one, the whole group."""
+        return [members]
+
+    def leader(self, sim: PSSim, unit: list[int]) -> int:
+        """The unit's aggregator: by default the member with the least EWMA iteration time (ties: lowest index)."""
+        return min(unit, key=lambda m: (sim.ewma[m], m))
 
 
 @dataclass
@@ -164,7 +240,9 @@ class PSSim:
         self.compute = ComputeModel(hw, seed, batch_size)
         self.sampler = ShardSampler(engine.task.n_train, n, batch_size, seed)
         self.latency = hw.latency_us * 1e-6
-        self.ps_in, self.ps_out = Link(hw.ps_bandwidth_gbps * 1e9), Link(hw.ps_bandwidth_gbps * 1e9)
+        self.ps_shards = hw.ps_shards
+        self.ps_in = LinkBank(hw.ps_shards, hw.ps_bandwidth_gbps * 1e9)
+        self.ps_out = LinkBank(hw.ps_shards, hw.ps_bandwidth_gbps * 1e9)
         self.w_in = [Link(hw.worker_bandwidth_gbps * 1e9) for _ in range(n)]
         self.w_out = [Link(hw.worker_bandwidth_gbps * 1e9) for _ in range(n)]
         # a gradient or a parameter vector (the proxy's, or a realistic model's payload), plus header
@@ -234,8 +312,23 @@ class PSSim:
     # ------------------------------------------------------------------------------------------- network
     def _send(self, src: int, dst: int, nbytes: int, fn: Callable, args: tuple,
               needs: Sequence[Ticket] | None = None) -> None:
-        out = self.ps_out if src == PS else self.w_out[src]
-        inn = self.ps_in if dst == PS else self.w_in[dst]
+        """Send one message; ``fn(*args)`` runs when it has arrived (its last part, for a PS-tier message)."""
+        tier = "ps" if PS in (src, dst) else "leader"
+        if tier == "leader":
+            end = self._transfer(self.w_out[src], self.w_in[dst], nbytes)
+        else:
+            end = self.now
+            for s, part in enumerate(shard_bytes(nbytes, self.ps_shards)):
+                out = self.ps_out.links[s] if src == PS else self.w_out[src]
+                inn = self.ps_in.links[s] if dst == PS else self.w_in[dst]
+                end = max(end, self._transfer(out, inn, part))
+        self.bytes_sent += nbytes
+        self.bytes_in_flight += nbytes
+        self.tier_sent[tier] += nbytes
+        self._push(end + self.latency, self._deliver, (nbytes, tier, fn, args), needs)
+
+    def _transfer(self, out: Link, inn: Link, nbytes: int) -> float:
+        """Hold egress ``out`` and ingress ``inn`` (FIFO) for ``nbytes`` at the slower one's rate; its end time."""
         dur = nbytes * 8.0 / min(out.bw, inn.bw)
         start = max(self.now, out.free_at, inn.free_at)
         out.free_at = inn.free_at = start + dur
@@ -243,11 +336,7 @@ class PSSim:
         inn.busy += dur
         out.bytes += nbytes
         inn.bytes += nbytes
-        self.bytes_sent += nbytes
-        self.bytes_in_flight += nbytes
-        tier = "ps" if PS in (src, dst) else "leader"
-        self.tier_sent[tier] += nbytes
-        self._push(start + dur + self.latency, self._deliver, (nbytes, tier, fn, args), needs)
+        return start + dur
 
     def _deliver(self, nbytes: int, tier: str, fn: Callable, args: tuple) -> None:
         self.bytes_in_flight -= nbytes
@@ -257,7 +346,18 @@ class PSSim:
 
     @property
     def ps_bytes(self) -> int:
+        """PS-tier bytes: every push and pull, counted once (= the bytes through the PS NICs, all shards)."""
         return self.ps_in.bytes + self.ps_out.bytes
+
+    @property
+    def wire_bytes(self) -> int:
+        """Every message once, PS tier and leader tier: the bytes put on the network (>= :attr:`ps_bytes`)."""
+        return self.bytes_sent
+
+    @property
+    def leader_bytes(self) -> int:
+        """Leader-tier bytes: member <-> leader messages between workers (``wire_bytes - ps_bytes``)."""
+        return self.tier_sent["leader"]
 
     # ------------------------------------------------------------------------------------------- protocol
     def _start(self) -> None:
@@ -272,8 +372,12 @@ class PSSim:
 
     def _new_group(self, members: Sequence[int]) -> Group:
         ms = sorted(int(m) for m in members)
-        leader = min(ms, key=lambda m: (self.ewma[m], m))
-        g = Group(ms, leader, self.grouper.via_leader and len(ms) > 1)
+        via = self.grouper.via_leader and len(ms) > 1
+        units = self.grouper.units(self, ms) if via else [ms]
+        if sorted(m for u in units for m in u) != ms:
+            raise ValueError(f"{self.label}: aggregation units {units} do not cover group {ms} exactly once")
+        units = [sorted(int(m) for m in u) for u in units]
+        g = Group(ms, units, [self.grouper.leader(self, u) for u in units], via)
         self.groups.append(g)
         for m in ms:
             self.group_of[m] = g
@@ -282,9 +386,9 @@ class PSSim:
 
     def _begin(self, w: int, params: np.ndarray, version: int) -> None:
         gap = int(self.clock[w] - self.clock.min())
-        d = self.compute.step_time(w)
+        d = self.compute.step_time(w, self.now)
         tk = self.engine.request(params, self.sampler.next(w))
-        g = Grad(self.next_gid, w, int(self.iters[w]), version, tk, d, gap)
+        g = Grad(self.next_gid, w, int(self.iters[w]), version, tk, d, gap, start_s=self.now)
         self.next_gid += 1
         self.iters[w] += 1
         self.idle_time[w] += self.now - self.idle_since[w]
@@ -298,18 +402,20 @@ class PSSim:
         self.idle_since[w] = self.now
         grp = self.group_of[w]
         if grp.via_leader:
-            if w == grp.leader:
-                self._leader_collect(grp, g)
+            u = grp.unit_of[w]
+            if w == grp.leaders[u]:
+                self._leader_collect(grp, u, g)
             else:
-                self._send(w, grp.leader, self.msg_bytes, self._leader_collect, (grp, g))
+                self._send(w, grp.leaders[u], self.msg_bytes, self._leader_collect, (grp, u, g))
         else:
             self._send(w, PS, self.msg_bytes, self._ps_receive, (grp, [g]), needs=(g.ticket,))
 
-    def _leader_collect(self, grp: Group, g: Grad) -> None:
-        grp.buffer.append(g)
-        if len(grp.buffer) == len(grp.members):
-            grads, grp.buffer = grp.buffer, []
-            self._send(grp.leader, PS, self.msg_bytes, self._ps_receive, (grp, grads),
+    def _leader_collect(self, grp: Group, u: int, g: Grad) -> None:
+        """Unit ``u``'s leader holds ``g``; once it has its whole unit's gradients it pushes one aggregate."""
+        grp.buffers[u].append(g)
+        if len(grp.buffers[u]) == len(grp.units[u]):
+            grads, grp.buffers[u] = grp.buffers[u], []
+            self._send(grp.leaders[u], PS, self.msg_bytes, self._ps_receive, (grp, grads),
                        needs=tuple(x.ticket for x in grads))
 
     def _ps_receive(self, grp: Group, grads: list[Grad]) -> None:
@@ -359,7 +465,8 @@ class PSSim:
             self._start_pending()
             return
         if grp.via_leader:
-            self._send(PS, grp.leader, self.msg_bytes, self._leader_params, (grp, self.w, self.version))
+            for u, leader in enumerate(grp.leaders):
+                self._send(PS, leader, self.msg_bytes, self._leader_params, (grp, u, self.w, self.version))
             return
         for m in grp.members:
             if self.gate.may_proceed(self, m):
@@ -371,11 +478,13 @@ class PSSim:
                 self.held.discard(m)
                 self._send(PS, m, self.msg_bytes, self._begin, (m, self.w, self.version))
 
-    def _leader_params(self, grp: Group, w: np.ndarray, version: int) -> None:
-        self._begin(grp.leader, w, version)
-        for m in grp.members:
-            if m != grp.leader:
-                self._send(grp.leader, m, self.msg_bytes, self._begin, (m, w, version))
+    def _leader_params(self, grp: Group, u: int, w: np.ndarray, version: int) -> None:
+        """Unit ``u``'s leader received the parameters: it starts its next iteration and forwards them to its unit."""
+        leader = grp.leaders[u]
+        self._begin(leader, w, version)
+        for m in grp.units[u]:
+            if m != leader:
+                self._send(leader, m, self.msg_bytes, self._begin, (m, w, version))
 
     # ------------------------------------------------------------------------------------------- regrouping
     def set_partition(self, groups: Sequence[Sequence[int]]) -> None:
@@ -395,8 +504,11 @@ class PSSim:
         for key in self.pending_groups:
             if all(m in self.free for m in key):
                 g = self._new_group(key)
-                self._send(PS, g.leader, self.msg_bytes, self._leader_params if g.via_leader else self._begin,
-                           (g, self.w, self.version) if g.via_leader else (g.leader, self.w, self.version))
+                if g.via_leader:
+                    for u, leader in enumerate(g.leaders):
+                        self._send(PS, leader, self.msg_bytes, self._leader_params, (g, u, self.w, self.version))
+                else:
+                    self._send(PS, g.leader, self.msg_bytes, self._begin, (g.leader, self.w, self.version))
             else:
                 still.append(key)
         self.pending_groups = still
@@ -447,7 +559,9 @@ class PSSim:
         return {
             "reached_target": float(reached),
             "time_to_target_s": float(t),
+            # PS tier: pushes and pulls through the PS NICs (all shards), each message once
             "ps_bytes_to_target": float(psb),
+            # wire: every message once, PS tier + leader tier (the bytes put on the network; = PS tier without leaders)
             "wire_bytes_to_target": float(wb),
             # every message is on exactly one tier: leader tier = all messages - PS tier; a PS message crosses one
             # worker NIC, a leader-tier message two

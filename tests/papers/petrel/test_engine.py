@@ -30,11 +30,6 @@ def test_gradients_match_jax_grad(task):
     assert eng.gradients_computed == 5 and eng.pending() == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug: single_gradient runs a one-trip lax.map, which XLA compiles to straight-line code whose loss differs "
-    "in the last bit from a batched chunk's (under XLA's production code generation as under the suite's; the "
-    "suite's earlier flags hid it). Fixed in engine.py on branch petrel-50-wired, which lands with petrel's #50 "
-    "regeneration (the fix changes petrel's code fingerprint)"))
 def test_map_mode_is_independent_of_batch_composition(task):
     reqs = _requests(task, 7, seed=1)
     eng = GradEngine(task, mode="map")

@@ -51,6 +51,20 @@ def test_best_k_is_picked_on_tuning_runs_only():
     assert pick_best_k([_res("tuning_casp_k2", 1000, 3.0), _res("tuning_casp_k8", 1000, 2.0)]) == 8
 
 
+def test_reported_seeds_run_only_the_picked_ks():
+    from mlsys_repro.papers.petrel.experiments import _reported_ks
+    from mlsys_repro.papers.petrel.schemas import PetrelParams
+
+    ctx = SimpleNamespace(policies={}, params=PetrelParams(fixed_k=[1, 4, 16]))
+    hw = SimpleNamespace(num_workers=8)
+    tuning = [_res("tuning_casp_k1", 1000, 5.0), _res("tuning_casp_k4", 1000, 3.0)]
+    assert _reported_ks(ctx, hw, tuning, None) == [4]  # the condition's best
+    assert _reported_ks(ctx, hw, tuning, 1) == [1, 4]  # and the constant k
+    assert _reported_ks(ctx, hw, tuning, 4) == [4]  # once when they agree
+    assert _reported_ks(ctx, hw, tuning, 16) == [4]  # a constant k above N = 8 does not run here
+    assert _reported_ks(ctx, hw, [], 1) == []  # no tuning runs (no fixed_k): no fixed k at all
+
+
 def test_gate_rows_arms_differ_and_converged():
     from mlsys_repro.papers.petrel.a3c import TrainLog
     from mlsys_repro.papers.petrel.experiments import _gate_rows
@@ -67,3 +81,70 @@ def test_gate_rows_arms_differ_and_converged():
     rows = pd.DataFrame(_gate_rows({"casp": agent}, varied))
     assert (rows[rows.metric == "arms_differ"]["value"] == 1.0).all()
     assert len(rows) == 6
+
+
+def _tuning_rows(times: dict[tuple[int, float], list[float]]) -> list[dict]:
+    """``tuning_casp_k<k>`` time rows per (k, link rate) over tuning seeds 1000.."""
+    rows = []
+    for (k, gbps), ts in times.items():
+        for i, t in enumerate(ts):
+            rows += metric_rows(f"tuning_casp_k{k}", {"time_to_target_s": (t, "s")}, seeds=[1000 + i],
+                                link_gbps=gbps)
+    return rows
+
+
+def test_constant_k_is_one_k_for_every_condition_picked_on_tuning_rows():
+    from mlsys_repro.papers.petrel.experiments import pick_constant_k
+
+    # k = 1 is best at 100 Gb/s, k = 16 at 1 Gb/s; over both, k = 4 has the least mean (6 vs 7.5 and 7.5)
+    rows = _tuning_rows({(1, 1.0): [12.0, 12.0], (1, 100.0): [3.0, 3.0], (4, 1.0): [8.0, 8.0], (4, 100.0): [4.0, 4.0],
+                         (16, 1.0): [5.0, 5.0], (16, 100.0): [10.0, 10.0]})
+    assert pick_constant_k(rows) == 4
+    # the reported seeds' rows of a fixed k never enter the pick
+    rows += metric_rows("casp_k16", {"time_to_target_s": (0.1, "s")}, seeds=[0], link_gbps=1.0)
+    assert pick_constant_k(rows) == 4
+    tie = _tuning_rows({(8, 1.0): [2.0], (2, 1.0): [2.0]})
+    assert pick_constant_k(tie) == 2
+    with pytest.raises(ValueError, match="tuning_casp_k"):
+        pick_constant_k(metric_rows("casp", {"time_to_target_s": (1.0, "s")}, seeds=[0]))
+
+
+def test_constant_k_rows_repeat_that_k_in_every_condition():
+    from mlsys_repro.papers.petrel.experiments import _constant_k_rows
+
+    rows = _tuning_rows({(2, 1.0): [5.0], (2, 10.0): [5.0], (8, 1.0): [4.0], (8, 10.0): [9.0]})  # k = 2 (5 < 6.5)
+    for k in (2, 8):
+        for seed in (0, 1):
+            for gbps in (1.0, 10.0):
+                rows += metric_rows(f"casp_k{k}", {"time_to_target_s": (k * 10 + seed + gbps, "s"),
+                                                   "reached_target": (1.0, "fraction")}, seeds=[seed], link_gbps=gbps)
+    out = pd.DataFrame(_constant_k_rows(rows))
+    assert set(out["policy"]) == {"casp_const_k"}
+    times = out[out.metric == "time_to_target_s"].set_index(["seed", "link_gbps"])["value"]
+    assert times.to_dict() == {(0, 1.0): 21.0, (0, 10.0): 30.0, (1, 1.0): 22.0, (1, 10.0): 31.0}
+    ks = out[out.metric == "const_k"]
+    assert sorted(ks["seed"]) == [0, 1] and (ks["value"] == 2.0).all()
+
+
+def test_condition_hardware_sets_shards_and_permutation():
+    from mlsys_repro.papers.petrel.batch_runs import condition_hardware
+    from mlsys_repro.papers.petrel.schemas import PSClusterHardware
+
+    hw = PSClusterHardware(ps_shards=4)
+    assert condition_hardware(hw).ps_shards == 4 and condition_hardware(hw).permute_speeds_at_steps is None
+    one = condition_hardware(hw, ps_shards=1, permute_at_steps=300.0, ratio=8.0)
+    assert one.ps_shards == 1 and one.permute_speeds_at_steps == 300.0
+    assert one.class_speeds[0] / one.class_speeds[-1] == pytest.approx(8.0)
+    assert condition_hardware(hw, permute_at_steps=0.0).permute_speeds_at_steps is None  # 0: never
+    with pytest.raises(ValueError, match="ps_shards"):
+        condition_hardware(hw, ps_shards=0)
+
+
+@pytest.mark.parametrize("field, value, match", [("ps_shards", [0], "ps_shards"), ("ps_shards", [2.5], "ps_shards"),
+                                                  ("permute_at_steps", [-1.0], "permute_at_steps"),
+                                                  ("permute_at_steps", [float("nan")], "permute_at_steps")])
+def test_params_reject_bad_sweeps(field, value, match):
+    from mlsys_repro.papers.petrel.schemas import PetrelParams
+
+    with pytest.raises(ValueError, match=match):
+        PetrelParams(**{field: value})

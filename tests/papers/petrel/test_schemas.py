@@ -23,6 +23,8 @@ HEADLINE = ["experiment=petrel/heterogeneity", "profile=smoke"]
     ("hardware.base_step_s=0", "base_step_s"),
     ("hardware.num_workers=eight", "num_workers"),
     ("hardware.bandwidth=3", "bandwidth"),
+    ("hardware.ps_shards=0", "ps_shards"),
+    ("hardware.permute_speeds_at_steps=-1", "permute_speeds_at_steps"),
 ])
 def test_bad_hardware_rejected_at_compose(override, match):
     with pytest.raises(ConfigError, match=match):
@@ -47,6 +49,7 @@ def test_bad_params_rejected_at_compose(override, match):
     ("policy.kind=gossip", "policy.kind"),
     ("policy.staleness=-1", "staleness"),
     ("policy.grouping=spectral", "grouping"),
+    ("policy.grouping=index", "only for kind hier_bsp"),
     ("policy.a3c.episodes=0", "episodes"),
     ("policy.a3c.gamma=2", "gamma"),
 ])

@@ -22,6 +22,7 @@ POLICIES = {
     "casp_kmeans": SyncPolicy(name="casp_kmeans", kind="casp", grouping="kmeans", num_communities=2),
     "casp_prior": SyncPolicy(name="casp_prior", kind="casp", grouping="prior"),
     "casp_random": SyncPolicy(name="casp_random", kind="casp", grouping="random", num_communities=3),
+    "hier_bsp": SyncPolicy(name="hier_bsp", kind="hier_bsp", grouping="index", num_communities=2),
 }
 HW = PSClusterHardware(name="t", num_workers=6, class_speeds=[1.0, 0.5, 0.2], straggler_prob=0.05,
                        regime_shift_prob=0.02)
