@@ -19,8 +19,9 @@ import argparse
 import time
 
 from mlsys_repro.common.repro.bench import bench_context, load, machine_line
-from mlsys_repro.papers.petrel.batch_runs import condition_hardware, task_for
+from mlsys_repro.papers.petrel.data import task_for
 from mlsys_repro.papers.petrel.engine import GradEngine
+from mlsys_repro.papers.petrel.pipeline import condition_hardware
 from mlsys_repro.papers.petrel.protocols import make_protocol
 from mlsys_repro.papers.petrel.sim import PSSim, run_batch
 

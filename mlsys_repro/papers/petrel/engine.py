@@ -16,16 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from mlsys_repro.common.models.data import STATS, stratified_subset
+from mlsys_repro.common.models.data import STATS
 from mlsys_repro.common.models.small import accuracy, cross_entropy, make_model, pure
-from mlsys_repro.common.traces.images import load_images
 
 
 @dataclass(frozen=True)
@@ -215,19 +213,3 @@ class GradEngine:
                 t.box.append(acc[j])
                 t.box.append(loss[j])
             self.evals_computed += len(chunk)
-
-
-def load_task(dataset: str, data_dir: str | Path, *, model: str = "mlp", n_train: int = 0, n_test: int = 2000,
-              seed: int = 0, probe_size: int = 512, **model_kw) -> Task:
-    """A :class:`Task` on the vendored ``mnist`` or ``cifar10_jpeg`` data (stratified subsets when asked)."""
-    rng = np.random.default_rng([seed, 0xDA7A])
-    data_dir = Path(data_dir)
-    kw = {"limit": int(np.ceil(n_train / 10))} if dataset == "cifar10_jpeg" and n_train else {}
-    xtr, ytr = load_images(dataset, data_dir, "train", **kw)
-    kwt = {"limit": int(np.ceil(n_test / 10))} if dataset == "cifar10_jpeg" else {}
-    xte, yte = load_images(dataset, data_dir, "test", **kwt)
-    xtr, ytr = stratified_subset(xtr, ytr, n_train or None, rng, shuffle=False)
-    xte, yte = stratified_subset(xte, yte, n_test, rng, shuffle=False)
-    if xtr.ndim == 3:
-        xtr, xte = xtr[..., None], xte[..., None]
-    return Task(xtr, ytr, xte, yte, dataset=dataset, model=model, init_seed=seed, probe_size=probe_size, **model_kw)

@@ -16,9 +16,9 @@ With ``params.fixed_k``, every condition first runs CASP with k-means communitie
 tuning seeds (``tuning_casp_k<k>``); the reported seeds then run CASP at the k with the least mean time on that
 condition's tuning seeds (``casp_k<k>``, repeated as ``casp_best_k``; ``best_k`` says which) and, on a sweep of
 several conditions, at the one k with the least mean time over every condition's tuning seeds (``casp_const_k``;
-``const_k`` says which). The other fixed k never run on the reported seeds: nothing reads them. A3C policies carry two 0/1 gate metrics:
-``arms_differ`` (its greedy decisions over all runs of the experiment take >= 2 values of k) and ``converged``
-(:func:`mlsys_repro.papers.petrel.a3c.learning_summary` of its training).
+``const_k`` says which). The other fixed k never run on the reported seeds: nothing reads them.
+A3C policies carry two 0/1 gate metrics: ``arms_differ`` (its greedy decisions over all runs of the experiment
+take >= 2 values of k) and ``converged`` (:func:`mlsys_repro.papers.petrel.a3c.learning_summary` of its training).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ import pandas as pd
 from mlsys_repro.common.repro import RunContext, metric_rows
 from mlsys_repro.common.repro.plots import bars_with_ci, figure, lines_with_ci
 from mlsys_repro.papers.petrel.a3c import arms_differ, learning_summary
-from mlsys_repro.papers.petrel.batch_runs import RunResult, agent_for, condition_hardware, run_jobs, task_for
+from mlsys_repro.papers.petrel.data import task_for
+from mlsys_repro.papers.petrel.pipeline import RunResult, agent_for, condition_hardware, run_jobs
 from mlsys_repro.papers.petrel.schemas import PetrelParams, SyncPolicy
 
 MB = 1e6

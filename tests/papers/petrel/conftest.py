@@ -6,10 +6,35 @@ import pytest
 
 from tests.conftest import DATA
 
+# the small cluster and one policy of every kind that the simulator tests share
+SMALL_HW_KW = dict(num_workers=6, class_speeds=[1.0, 0.5, 0.2], straggler_prob=0.05, regime_shift_prob=0.02)
+
+
+def small_hw(**kw):
+    from mlsys_repro.papers.petrel.schemas import PSClusterHardware
+
+    return PSClusterHardware(**{"name": "t", **SMALL_HW_KW, **kw})
+
+
+def every_kind() -> dict:
+    """One SyncPolicy of every mechanism (a fresh dict: callers may add or drop entries)."""
+    from mlsys_repro.papers.petrel.schemas import SyncPolicy
+
+    return {
+        "bsp": SyncPolicy(name="bsp", kind="bsp"),
+        "asp": SyncPolicy(name="asp", kind="asp"),
+        "ssp": SyncPolicy(name="ssp", kind="ssp", staleness=2),
+        "dssp": SyncPolicy(name="dssp", kind="dssp", staleness_low=1, staleness_high=3),
+        "casp_kmeans": SyncPolicy(name="casp_kmeans", kind="casp", grouping="kmeans", num_communities=2),
+        "casp_prior": SyncPolicy(name="casp_prior", kind="casp", grouping="prior"),
+        "casp_random": SyncPolicy(name="casp_random", kind="casp", grouping="random", num_communities=3),
+        "hier_bsp": SyncPolicy(name="hier_bsp", kind="hier_bsp", grouping="index", num_communities=2),
+    }
+
 
 @pytest.fixture(scope="session")
 def task():
-    from mlsys_repro.papers.petrel.engine import load_task
+    from mlsys_repro.papers.petrel.data import load_task
 
     return load_task("mnist", DATA, model="mlp", hidden=16, n_train=1024, n_test=200, probe_size=64)
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from mlsys_repro.papers.petrel.engine import GradEngine, load_task, single_gradient
+from mlsys_repro.papers.petrel.data import load_task
+from mlsys_repro.papers.petrel.engine import GradEngine, single_gradient
 from mlsys_repro.papers.petrel.schemas import PSClusterHardware
 from mlsys_repro.papers.petrel.sim import PSSim, ShardSampler
 

@@ -130,8 +130,8 @@ def test_arms_differ():
 
 def test_actors_learn_asynchronously_on_shared_parameters(task):
     from mlsys_repro.papers.petrel.a3c import train_a3c
-    from mlsys_repro.papers.petrel.batch_runs import training_hardware
     from mlsys_repro.papers.petrel.engine import GradEngine
+    from mlsys_repro.papers.petrel.pipeline import training_hardware
     from mlsys_repro.papers.petrel.sim import PSSim
 
     cfg = A3CConfig(actors=3, episodes=4, episode_decisions=4, t_max=2, hidden=8, train_workers=[4, 6],
@@ -160,7 +160,7 @@ def test_actors_learn_asynchronously_on_shared_parameters(task):
 
 
 def test_agent_key_ignores_class_layout_and_link_rate():
-    from mlsys_repro.papers.petrel.batch_runs import _agent_key, training_hardware
+    from mlsys_repro.papers.petrel.pipeline import _agent_key, training_hardware
     from mlsys_repro.papers.petrel.schemas import PetrelParams
 
     pol = SyncPolicy(name="casp", kind="casp", a3c=A3CConfig(train_link_gbps=[1.0, 10.0]))

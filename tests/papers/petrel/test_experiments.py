@@ -35,7 +35,7 @@ def test_best_and_mean_noncommunity():
 
 
 def _res(policy, seed, t, decisions=()):
-    from mlsys_repro.papers.petrel.batch_runs import RunResult
+    from mlsys_repro.papers.petrel.pipeline import RunResult
 
     return RunResult(policy, seed, {"time_to_target_s": t}, [], list(decisions))
 
@@ -127,7 +127,7 @@ def test_constant_k_rows_repeat_that_k_in_every_condition():
 
 
 def test_condition_hardware_sets_shards_and_permutation():
-    from mlsys_repro.papers.petrel.batch_runs import condition_hardware
+    from mlsys_repro.papers.petrel.pipeline import condition_hardware
     from mlsys_repro.papers.petrel.schemas import PSClusterHardware
 
     hw = PSClusterHardware(ps_shards=4)

@@ -10,22 +10,12 @@ import heapq
 import numpy as np
 import pytest
 
-from mlsys_repro.papers.petrel.schemas import PSClusterHardware, SyncPolicy
+from mlsys_repro.papers.petrel.schemas import PSClusterHardware
 from mlsys_repro.papers.petrel.sim import PS, shard_bytes
-from tests.papers.petrel.conftest import run
+from tests.papers.petrel.conftest import every_kind, run, small_hw
 
-HW = PSClusterHardware(name="t", num_workers=6, class_speeds=[1.0, 0.5, 0.2], straggler_prob=0.05,
-                       regime_shift_prob=0.02)
-POLICIES = {
-    "bsp": SyncPolicy(name="bsp", kind="bsp"),
-    "asp": SyncPolicy(name="asp", kind="asp"),
-    "ssp": SyncPolicy(name="ssp", kind="ssp", staleness=2),
-    "dssp": SyncPolicy(name="dssp", kind="dssp", staleness_low=1, staleness_high=3),
-    "casp_kmeans": SyncPolicy(name="casp_kmeans", kind="casp", grouping="kmeans", num_communities=2),
-    "casp_prior": SyncPolicy(name="casp_prior", kind="casp", grouping="prior"),
-    "casp_random": SyncPolicy(name="casp_random", kind="casp", grouping="random", num_communities=3),
-    "hier_bsp": SyncPolicy(name="hier_bsp", kind="hier_bsp", grouping="index", num_communities=2),
-}
+HW = small_hw()
+POLICIES = every_kind()
 LEADERLESS = {"bsp", "asp", "ssp", "dssp"}
 
 

@@ -10,26 +10,16 @@ import hashlib
 import numpy as np
 import pytest
 
-from mlsys_repro.papers.petrel.schemas import PSClusterHardware, SyncPolicy
-from tests.papers.petrel.conftest import run
+from mlsys_repro.papers.petrel.schemas import SyncPolicy
+from tests.papers.petrel.conftest import every_kind, run, small_hw
 
 HW = {
-    "cpu": PSClusterHardware(name="t", num_workers=6, class_speeds=[1.0, 0.5, 0.2], straggler_prob=0.05,
-                             regime_shift_prob=0.02),
+    "cpu": small_hw(),
     # network-bound: the PS NIC and the workers' NICs are slow, so link contention shapes the event order
-    "net": PSClusterHardware(name="n", num_workers=6, class_speeds=[1.0, 0.5, 0.2], straggler_prob=0.05,
-                             regime_shift_prob=0.02, ps_bandwidth_gbps=0.05, worker_bandwidth_gbps=0.2),
+    "net": small_hw(name="n", ps_bandwidth_gbps=0.05, worker_bandwidth_gbps=0.2),
 }
-POLICIES = {
-    "bsp": SyncPolicy(name="bsp", kind="bsp"),
-    "asp": SyncPolicy(name="asp", kind="asp"),
-    "ssp": SyncPolicy(name="ssp", kind="ssp", staleness=2),
-    "dssp": SyncPolicy(name="dssp", kind="dssp", staleness_low=1, staleness_high=3),
-    "casp_kmeans": SyncPolicy(name="casp_kmeans", kind="casp", grouping="kmeans", num_communities=2),
-    "casp_prior": SyncPolicy(name="casp_prior", kind="casp", grouping="prior"),
-    "casp_random": SyncPolicy(name="casp_random", kind="casp", grouping="random", num_communities=3),
-    "casp_a3c": SyncPolicy(name="casp", kind="casp", grouping="a3c"),
-}
+POLICIES = {k: v for k, v in every_kind().items() if k != "hier_bsp"} | {
+    "casp_a3c": SyncPolicy(name="casp", kind="casp", grouping="a3c")}
 # (updates, gradients applied, PS in bytes, PS out bytes, wire bytes, leader-tier bytes, staleness sum,
 #  sha256 of the applied (gid, worker, iteration, version, applied_version) sequence)
 EXACT = {

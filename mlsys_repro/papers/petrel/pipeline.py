@@ -1,4 +1,4 @@
-"""Batched runs: build the training task, train the A3C agent, run (policy, seed) jobs together on one engine.
+"""The glue: train the A3C agent, run (policy, seed) jobs together on one engine, one hardware condition each.
 
 ``run_jobs`` builds one :class:`~mlsys_repro.papers.petrel.sim.PSSim` per (policy, seed) and advances all of them
 together (:func:`~mlsys_repro.papers.petrel.sim.run_batch`), so gradient requests of every run are computed in shared
@@ -14,21 +14,11 @@ from dataclasses import dataclass
 
 from mlsys_repro.common.repro import RunContext
 from mlsys_repro.papers.petrel.a3c import SharedAgent, train_a3c, with_episodes
-from mlsys_repro.papers.petrel.engine import GradEngine, Task, load_task
+from mlsys_repro.papers.petrel.engine import GradEngine, Task
 from mlsys_repro.papers.petrel.hardware import with_speed_ratio, with_workers
 from mlsys_repro.papers.petrel.protocols import make_protocol
 from mlsys_repro.papers.petrel.schemas import PetrelParams, PSClusterHardware, SyncPolicy
 from mlsys_repro.papers.petrel.sim import Grouper, PSSim, run_batch
-
-
-def task_for(ctx: RunContext) -> Task:
-    """The training task of ``ctx.params`` (loaded once per run: loading MNIST takes seconds)."""
-    p: PetrelParams = ctx.params
-    model_kw = {"hidden": p.hidden} if p.model == "mlp" else {}
-    key = (p.dataset, p.model, model_kw, p.n_train, p.n_test, p.probe_size, ctx.data_dir)
-    return ctx.cache.get("petrel.task", key, lambda: load_task(
-        p.dataset, ctx.data_dir, model=p.model, n_train=p.n_train, n_test=p.n_test, probe_size=p.probe_size,
-        **model_kw))
 
 
 @dataclass
