@@ -10,6 +10,7 @@ one training run; a policy may train longer than the others (``params.iterations
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -92,7 +93,7 @@ class PolicyRun:
 
 def train_and_time(ctx: RunContext, p: TrainParams, grid: list[tuple[float, float]] | None = None,
                    seeds: np.ndarray | None = None, compute_scale: np.ndarray | None = None,
-                   sketch_gbps: list[float] | None = None) -> list[PolicyRun]:
+                   sketch_gbps: list[float] | None = None, first_rate_only: Collection[str] = ()) -> list[PolicyRun]:
     """Simulate every (NIC rate, sketch rate, policy), train each distinct (numerics, run length, optimiser) once
     over all seeds.
 
@@ -100,7 +101,8 @@ def train_and_time(ctx: RunContext, p: TrainParams, grid: list[tuple[float, floa
     ``(lr, momentum)`` of ``grid`` (one run per grid point, in grid order); ``seeds`` default to the run's seeds;
     ``compute_scale [N]`` makes the workers heterogeneous (each worker's compute time factor, discrete-event model
     only); ``sketch_gbps`` (default ``p.sketch_gbps``) are the sketch arithmetic rates, and a policy without the
-    sketch is simulated once for all of them (its schedule does not depend on them).
+    sketch is simulated once for all of them (its schedule does not depend on them); a policy in
+    ``first_rate_only`` runs at the first of ``p.bandwidths_gbps`` only.
     """
     hw = ctx.hardware
     data = load_images_trace(ctx.trace, ctx.data_dir, n_train=p.n_train or None, n_test=p.n_test)
@@ -113,13 +115,16 @@ def train_and_time(ctx: RunContext, p: TrainParams, grid: list[tuple[float, floa
     cache: dict[tuple, np.ndarray] = {}
     schedules: dict[tuple, Schedule] = {}
     runs = []
-    ctx.progress.start(len(p.bandwidths_gbps) * len(rates) * len(ctx.policies) * len(grid or [None]),
+    runs_per_rate = [[n for n in ctx.policies if i == 0 or n not in first_rate_only]
+                     for i in range(len(p.bandwidths_gbps))]
+    ctx.progress.start(sum(map(len, runs_per_rate)) * len(rates) * len(grid or [None]),
                        "policy x bandwidth x sketch rate")
-    for gbps in p.bandwidths_gbps:
+    for gbps, names in zip(p.bandwidths_gbps, runs_per_rate, strict=True):
         ns = net_spec(hw, gbps)
         for sk in rates:
             cm = compute_model(hw, sk)
-            for name, pol in ctx.policies.items():
+            for name in names:
+                pol = ctx.policies[name]
                 its = p.iterations_for(name)
                 skey = (name, gbps, sk if pol.sketch else None)
                 if skey not in schedules:
@@ -370,7 +375,9 @@ def optimiser_sweep(ctx: RunContext) -> list[dict]:
     p: OptimiserSweepParams = ctx.params
     seeds = ctx.seeds() + p.tuning_seed_offset
     grid = [(float(lr), float(m)) for m in p.momenta for lr in p.lrs]
-    runs = train_and_time(ctx, p, grid=grid, seeds=seeds)
+    if unknown := set(p.first_rate_only) - set(ctx.policies):
+        raise ValueError(f"params.first_rate_only names policies this sweep does not run: {sorted(unknown)}")
+    runs = train_and_time(ctx, p, grid=grid, seeds=seeds, first_rate_only=p.first_rate_only)
     rows, best = [], {}
     for r in runs:
         cond = dict(seeds=seeds, bandwidth_gbps=r.gbps, sketch_gbps=r.sketch_gbps, servers=r.schedule.num_workers,

@@ -172,9 +172,14 @@ class OptimiserSweepParams(TrainParams):
     lrs: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.2])
     momenta: list[float] = field(default_factory=lambda: [0.0, 0.5, 0.9])
     tuning_seed_offset: int = 1000  # tuning seeds are seed + offset .. : never the seeds the results are reported on
+    # policies tuned at the first NIC rate only: the experiments run them there (or at a rate no sweep runs, which
+    # takes the first rate's choice), so the other rates' trainings would choose for nothing
+    first_rate_only: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if len(set(self.first_rate_only)) != len(self.first_rate_only):
+            raise ValueError(f"params.first_rate_only lists a policy twice: {self.first_rate_only}")
         if len(self.sketch_gbps) != 1:
             raise ValueError("params.sketch_gbps: a sweep chooses at one sketch rate (one per policy and NIC rate)")
         if self.iterations_factor:

@@ -56,11 +56,12 @@ def test_compute_model_and_protocol_spec_carry_the_new_knobs():
 
 
 def test_configs_state_the_two_rates_the_overlap_baseline_and_the_ako_cap():
-    # both rates where the headline and the claim boundary are read (GPU-class first: the counted reading)
-    for name in ("tta_bcube9", "comm_ratio"):
-        p = _exp(name)["params"]
-        assert p["sketch_gbps"] == [GPU_GBPS, CPU_GBPS] and p["iterations_factor"] == {"ako": 3}, name
-    for name in ("tta_bcube27", "ablation", "accuracy_cost", "sketch_accuracy"):
+    # both rates where the headline is read (GPU-class first: the counted reading); the claim boundary at the
+    # GPU-class rate only (budget)
+    p = _exp("tta_bcube9")["params"]
+    assert p["sketch_gbps"] == [GPU_GBPS, CPU_GBPS] and p["iterations_factor"] == {"ako": 3}
+    assert _exp("comm_ratio")["params"]["iterations_factor"] == {"ako": 3}
+    for name in ("comm_ratio", "tta_bcube27", "ablation", "accuracy_cost", "sketch_accuracy"):
         assert _exp(name)["params"]["sketch_gbps"] == [GPU_GBPS], name
     for name in ("optimiser_sweep", "optimiser_sweep27"):
         assert _exp(name)["params"]["sketch_gbps"] == [0.0], name
@@ -146,12 +147,28 @@ def test_tta_rows_carry_each_sketch_rate_and_ako_runs_longer(stubbed, tmp_path):
 
 def test_comm_ratio_runs_the_sensitivity_rate_on_homogeneous_workers_only(stubbed, tmp_path):
     _, _ = stubbed
-    ctx = _context("comm_ratio", tmp_path, iterations=20, eval_every=10, comm_ratios=[1.0], des_max_simulated=10)
+    ctx = _context("comm_ratio", tmp_path, iterations=20, eval_every=10, comm_ratios=[1.0], des_max_simulated=10,
+                   sketch_gbps=[GPU_GBPS, CPU_GBPS])  # the default profile runs the first only (budget)
     ctx = replace(ctx, policies={k: ctx.policies[k] for k in ("canary", "bml_overlap")})
     df = pd.DataFrame(experiments.comm_ratio(ctx))
     rates = df.groupby("slowdown").sketch_gbps.unique()
     assert sorted(rates[1.0]) == [CPU_GBPS, GPU_GBPS] and list(rates[2.0]) == [GPU_GBPS]
     _claims_read(df, "comm_ratio")
+
+
+def test_the_sweep_tunes_first_rate_only_policies_at_the_first_rate_alone(stubbed, tmp_path):
+    trainer, _ = stubbed
+    ctx = _context("optimiser_sweep", tmp_path, iterations=20, eval_every=10, bandwidths_gbps=[1.0, 10.0],
+                   lrs=[0.1], momenta=[0.0], des_max_simulated=10, first_rate_only=["canary_local"])
+    ctx = replace(ctx, policies={k: ctx.policies[k] for k in ("canary", "canary_local", "bml")})
+    df = pd.DataFrame(experiments.optimiser_sweep(ctx))
+    chosen = df[df.metric == "chosen_lr"].groupby("policy").bandwidth_gbps.unique()
+    assert sorted(chosen["canary"]) == sorted(chosen["bml"]) == [1.0, 10.0] and list(chosen["canary_local"]) == [1.0]
+    assert set(df[df.policy == "canary_local"].bandwidth_gbps) == {1.0}
+    with pytest.raises(ValueError, match="does not run"):
+        experiments.optimiser_sweep(replace(ctx, params=replace(ctx.params, first_rate_only=["ring"])))
+    with pytest.raises(ValueError, match="twice"):
+        OptimiserSweepParams(first_rate_only=["canary", "canary"])
 
 
 def _claims_read(df: pd.DataFrame, experiment: str) -> None:
