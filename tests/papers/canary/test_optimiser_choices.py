@@ -68,8 +68,13 @@ def test_the_27_server_sweep_runs_on_27_servers_with_the_9_server_grid_and_effor
                  for n in ("optimiser_sweep", "optimiser_sweep27"))
     assert s27["defaults"][3] == {"override /hardware": "bcube3_2_resnet50_p100"}
     assert nine["defaults"][3] == {"override /hardware": "bcube3_1_resnet50_p100"}
-    for k in ("lrs", "momenta", "iterations", "eval_every", "tuning_seed_offset", "bandwidths_gbps"):
+    for k in ("lrs", "momenta", "iterations", "eval_every", "tuning_seed_offset"):
         assert s27["experiment"]["params"][k] == nine["experiment"]["params"][k], k
+    # the 27-server sweep runs the rates tta_bcube27 runs (1 Gbps by default; all three on full), within the 9's
+    assert s27["experiment"]["params"]["bandwidths_gbps"] == _params("tta_bcube27")["bandwidths_gbps"]
+    assert set(s27["experiment"]["params"]["bandwidths_gbps"]) <= set(nine["experiment"]["params"]["bandwidths_gbps"])
+    assert (s27["experiment"]["profiles"]["full"]["params"]["bandwidths_gbps"]
+            == nine["experiment"]["params"]["bandwidths_gbps"])
     assert s27["experiment"]["num_seeds"] == nine["experiment"]["num_seeds"]
     assert s27["experiment"]["params"]["target_acc"] == _params("tta_bcube27")["target_acc"]
     assert s27["experiment"]["fn"] == nine["experiment"]["fn"]
