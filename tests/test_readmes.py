@@ -50,7 +50,7 @@ def test_template_checker_on_hand_made_readmes():
     assert len(template_problems(hist)) == 2
 
 
-# petrel's README moves to the template with its #50 regeneration (branch petrel-50-wired holds the rewrite)
+# READMEs whose numbers wait for a regeneration (their ⟨TBD⟩ placeholders): none
 PENDING: set[str] = set()
 
 

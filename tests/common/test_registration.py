@@ -17,7 +17,7 @@ TOY = "tests.fixtures.toy_paper.experiments"
 
 
 def _experiment(conf, name: str, extra: str) -> None:
-    path = write(conf / f"experiment/toy/{name}.yaml", f"""
+    path = write(conf / f"experiment/toy/{name}.yaml", """
         # @package _global_
         defaults:
           - /schema/experiment/default@experiment

@@ -6,7 +6,10 @@
 * :class:`ComputeModel` turns FLOPs into time on a hardware profile (documented model):
   ``t_fwd(layer) = flops * batch / throughput + kernel_overhead``, ``t_bwd = backward_factor * flops * batch /
   throughput + 2 * kernel_overhead`` (input and weight gradients), plus a fixed per-iteration overhead (data
-  loading, optimizer step, framework) at the start of every iteration.
+  loading, optimizer step, framework) at the start of every iteration. Its ``sketch_bytes_per_s`` is the worker's
+  8-bit sketch arithmetic rate (fp32 bytes per second of a quantise + dequantise round trip; 0 = free), which the
+  discrete-event protocols charge on a per-worker FIFO of its own, apart from the compute above
+  (:meth:`mlsys_repro.papers.canary.protocols._Sim.sketch_pass`).
 * :class:`Layout` is the exchange layout: layers in *backward* order are grouped into **colayers** of roughly
   ``colayer_bytes`` each (a layer larger than the target is a colayer on its own); each colayer's gradient is cut
   into **pieces** of ``piece_elems`` elements (the last piece of a colayer is shorter when the size does not
@@ -97,12 +100,17 @@ class ComputeModel:
     kernel_overhead_s: float = 0.0
     iteration_overhead_s: float = 0.0
     backward_factor: float = 2.0
+    # [ours] fp32 bytes per second of one 8-bit sketch round trip (quantise, then dequantise) on this worker; each
+    # pass (an encode, or a decode and add) costs half of it; 0 = sketch arithmetic takes no simulated time
+    sketch_bytes_per_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.throughput_flops > 0:
             raise ValueError("throughput must be > 0 FLOP/s")
         if min(self.kernel_overhead_s, self.iteration_overhead_s) < 0 or self.backward_factor <= 0:
             raise ValueError("overheads must be >= 0 and backward_factor > 0")
+        if not (math.isfinite(self.sketch_bytes_per_s) and self.sketch_bytes_per_s >= 0):
+            raise ValueError(f"sketch_bytes_per_s must be finite and >= 0 (0 = free), got {self.sketch_bytes_per_s}")
 
     def fwd(self, layer: Layer, batch: int) -> float:
         return layer.fwd_flops * batch / self.throughput_flops + self.kernel_overhead_s

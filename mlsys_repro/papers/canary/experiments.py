@@ -1,15 +1,17 @@
 """Canary experiments: time-to-accuracy, throughput and bytes on the wire; accuracy impact of the sketch; sweeps.
 
-Every training experiment runs the same pipeline (:func:`train_and_time`): for each NIC rate and policy, the
-discrete-event model (:mod:`mlsys_repro.papers.canary.protocols`) gives the schedule, the policy's aggregation numerics
-(:mod:`mlsys_repro.papers.canary.train`) train the real model on real data for every seed (``vmap``), and the schedule
-maps iterations to simulated wall-clock. Policies whose numerics coincide (the fp32 mean of PS, BML and ring
-all-reduce; identical visibility schedules) share one training run.
+Every training experiment runs the same pipeline (:func:`train_and_time`): for each NIC rate, sketch arithmetic
+rate (``params.sketch_gbps``) and policy, the discrete-event model (:mod:`mlsys_repro.papers.canary.protocols`) gives
+the schedule, the policy's aggregation numerics (:mod:`mlsys_repro.papers.canary.train`) train the real model on real
+data for every seed (``vmap``), and the schedule maps iterations to simulated wall-clock. Policies whose numerics
+coincide (the fp32 mean of PS, BML with or without overlap and ring all-reduce; identical visibility schedules) share
+one training run; a policy may train longer than the others (``params.iterations_factor``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -34,13 +36,15 @@ from mlsys_repro.papers.canary.schemas import (
 from mlsys_repro.papers.canary.train import Exchange, Setup, make_train
 
 
-def compute_model(hw: BCubeCluster) -> ComputeModel:
+def compute_model(hw: BCubeCluster, sketch_gbps: float = 0.0) -> ComputeModel:
     """The worker's compute model: the proxy on ``worker_tflops`` with overheads, or, with ``hardware.workload``,
-    the Gavel-calibrated training rate of ``hardware.gpu`` (which already includes every overhead)."""
+    the Gavel-calibrated training rate of ``hardware.gpu`` (which already includes every overhead); its sketch
+    arithmetic at ``sketch_gbps`` GB/s of fp32 input per round trip (0 = free)."""
+    rate = float(sketch_gbps) * 1e9
     if hw.workload:
-        return ComputeModel(effective_flops_per_s(hw.gpu), 0.0, 0.0, 2.0)
+        return ComputeModel(effective_flops_per_s(hw.gpu), 0.0, 0.0, 2.0, sketch_bytes_per_s=rate)
     return ComputeModel(hw.worker_tflops * 1e12, hw.kernel_overhead_us * 1e-6, hw.iteration_overhead_ms * 1e-3,
-                        hw.backward_factor)
+                        hw.backward_factor, sketch_bytes_per_s=rate)
 
 
 def des_layout(hw: BCubeCluster, proxy: Layout) -> Layout:
@@ -55,7 +59,7 @@ def net_spec(hw: BCubeCluster, gbps: float, k: int | None = None) -> NetSpec:
 
 def protocol_spec(pol: ExchangePolicy) -> ProtocolSpec:
     return ProtocolSpec(pol.protocol, sketch=pol.sketch, staleness=pol.staleness, multi_nic=pol.multi_nic,
-                        pipeline=pol.pipeline, ako_partitions=pol.ako_partitions)
+                        pipeline=pol.pipeline, ako_partitions=pol.ako_partitions, overlap=pol.overlap)
 
 
 def exchange_for(pol: ExchangePolicy, sched: Schedule, ns: NetSpec) -> Exchange:
@@ -84,47 +88,66 @@ class PolicyRun:
     eval_iters: np.ndarray
     lr: float
     momentum: float
+    sketch_gbps: float = 0.0  # the workers' sketch arithmetic rate the schedule was simulated at (0 = free)
 
 
 def train_and_time(ctx: RunContext, p: TrainParams, grid: list[tuple[float, float]] | None = None,
-                   seeds: np.ndarray | None = None, compute_scale: np.ndarray | None = None) -> list[PolicyRun]:
-    """Simulate every (NIC rate, policy), train each distinct (numerics, optimiser) once over all seeds.
+                   seeds: np.ndarray | None = None, compute_scale: np.ndarray | None = None,
+                   sketch_gbps: list[float] | None = None, first_rate_only: Collection[str] = ()) -> list[PolicyRun]:
+    """Simulate every (NIC rate, sketch rate, policy), train each distinct (numerics, run length, optimiser) once
+    over all seeds.
 
-    A policy trains with ``p.optimiser_for(policy)``, or with every ``(lr, momentum)`` of ``grid`` (one run per
-    grid point, in grid order); ``seeds`` default to the run's seeds; ``compute_scale [N]`` makes the workers
-    heterogeneous (each worker's compute time factor, discrete-event model only).
+    A policy trains for ``p.iterations_for(policy)`` iterations with ``p.optimiser_for(policy)``, or with every
+    ``(lr, momentum)`` of ``grid`` (one run per grid point, in grid order); ``seeds`` default to the run's seeds;
+    ``compute_scale [N]`` makes the workers heterogeneous (each worker's compute time factor, discrete-event model
+    only); ``sketch_gbps`` (default ``p.sketch_gbps``) are the sketch arithmetic rates, and a policy without the
+    sketch is simulated once for all of them (its schedule does not depend on them); a policy in
+    ``first_rate_only`` runs at the first of ``p.bandwidths_gbps`` only.
     """
     hw = ctx.hardware
     data = load_images_trace(ctx.trace, ctx.data_dir, n_train=p.n_train or None, n_test=p.n_test)
     layout = model_layout(p.model, data, p.colayer_bytes, p.piece_elems)
     setup = Setup(p.model, data, layout, hw.num_servers, p.batch, p.iterations, p.eval_every, p.lr, p.momentum)
-    cm = compute_model(hw)
     dlay = des_layout(hw, layout)
     seeds = ctx.seeds() if seeds is None else seeds
-    trainers: dict[tuple, object] = {}  # one compilation per numerics; the optimiser is a jit argument
+    rates = list(p.sketch_gbps if sketch_gbps is None else sketch_gbps)
+    trainers: dict[tuple, object] = {}  # one compilation per (numerics, run length); the optimiser is a jit argument
     cache: dict[tuple, np.ndarray] = {}
+    schedules: dict[tuple, Schedule] = {}
     runs = []
-    ctx.progress.start(len(p.bandwidths_gbps) * len(ctx.policies) * len(grid or [None]), "policy x bandwidth")
-    for gbps in p.bandwidths_gbps:
+    runs_per_rate = [[n for n in ctx.policies if i == 0 or n not in first_rate_only]
+                     for i in range(len(p.bandwidths_gbps))]
+    ctx.progress.start(sum(map(len, runs_per_rate)) * len(rates) * len(grid or [None]),
+                       "policy x bandwidth x sketch rate")
+    for gbps, names in zip(p.bandwidths_gbps, runs_per_rate, strict=True):
         ns = net_spec(hw, gbps)
-        for name, pol in ctx.policies.items():
-            sched = simulate(protocol_spec(pol), ns, dlay, cm, p.batch, p.iterations,
-                             max_simulated=p.des_max_simulated, compute_scale=compute_scale)
-            ex = exchange_for(pol, sched, ns)
-            for lr, mom in grid or [p.optimiser_for(name, gbps)]:
-                key = (ex.key(), lr, mom)
-                if key not in cache:
-                    if ex.key() not in trainers:
-                        trainers[ex.key()] = make_train(setup, ex)
-                    try:
-                        cache[key] = trainers[ex.key()](seeds, lr=lr, momentum=mom)["acc"]
-                    except FloatingPointError:
-                        if grid is None:
-                            raise
-                        cache[key] = np.full((len(seeds), p.iterations // p.eval_every + 1), np.nan)
-                runs.append(PolicyRun(name, gbps, sched, cache[key], np.arange(0, p.iterations + 1, p.eval_every),
-                                      lr, mom))
-                ctx.progress.update(note=f"{name}@{gbps:g}G lr={lr:g} momentum={mom:g} ({len(cache)} trainings)")
+        for sk in rates:
+            cm = compute_model(hw, sk)
+            for name in names:
+                pol = ctx.policies[name]
+                its = p.iterations_for(name)
+                skey = (name, gbps, sk if pol.sketch else None)
+                if skey not in schedules:
+                    schedules[skey] = simulate(protocol_spec(pol), ns, dlay, cm, p.batch, its,
+                                               max_simulated=p.des_max_simulated, compute_scale=compute_scale)
+                sched = schedules[skey]
+                ex = exchange_for(pol, sched, ns)
+                for lr, mom in grid or [p.optimiser_for(name, gbps)]:
+                    tkey = (its, ex.key())
+                    key = (tkey, lr, mom)
+                    if key not in cache:
+                        if tkey not in trainers:
+                            trainers[tkey] = make_train(replace(setup, iterations=its), ex)
+                        try:
+                            cache[key] = trainers[tkey](seeds, lr=lr, momentum=mom)["acc"]
+                        except FloatingPointError:
+                            if grid is None:
+                                raise
+                            cache[key] = np.full((len(seeds), its // p.eval_every + 1), np.nan)
+                    runs.append(PolicyRun(name, gbps, sched, cache[key], np.arange(0, its + 1, p.eval_every), lr, mom,
+                                          sk))
+                    ctx.progress.update(note=f"{name}@{gbps:g}G sketch {sk:g} GB/s lr={lr:g} momentum={mom:g} "
+                                             f"({len(cache)} trainings)")
     return runs
 
 
@@ -150,6 +173,9 @@ def tta_metrics(run: PolicyRun, target: float, batch: int) -> dict[str, tuple[np
         "images_per_s": (np.full(len(tta), it_s * s.num_workers * batch), "images/s"),
         "bytes_per_iter_MB": (np.full(len(tta), s.bytes_per_iteration / 1e6), "MB"),
         "traffic_to_target_MB": (s.bytes_per_iteration * iters / 1e6, "MB"),
+        # simulated seconds of sketch arithmetic per worker and iteration (mean; 0 for fp32 or a free sketch)
+        "sketch_s_per_iter": (np.full(len(tta), s.extra.get("sketch_s_per_iteration", 0.0)), "s"),
+        "iterations_run": (np.full(len(tta), float(s.iterations)), "iterations"),
     }
     if s.protocol == "ako":
         out["ako_partitions"] = (np.full(len(tta), float(s.ako_partitions)), "partitions")
@@ -160,13 +186,16 @@ def tta_rows(ctx: RunContext, runs: list[PolicyRun], p: TrainParams) -> list[dic
     rows = []
     for r in runs:
         rows += metric_rows(r.policy, tta_metrics(r, p.target_acc, p.batch), seeds=ctx.seeds(),
-                            bandwidth_gbps=r.gbps, servers=r.schedule.num_workers)
+                            bandwidth_gbps=r.gbps, sketch_gbps=r.sketch_gbps, servers=r.schedule.num_workers)
     return rows
 
 
 def plot_tta(ctx: RunContext, runs: list[PolicyRun], rows: list[dict], p: TrainParams) -> None:
     import pandas as pd
 
+    sk = p.sketch_gbps[0]  # the figures show the first sketch rate (the one the counted claims read)
+    runs = [r for r in runs if r.sketch_gbps == sk]
+    rows = [r for r in rows if r.get("sketch_gbps") == sk]
     bws = list(dict.fromkeys(r.gbps for r in runs))
     fig, axes = figure(ncols=len(bws), w=4.6, h=3.6)
     for ax, bw in zip(axes[0], bws, strict=True):
@@ -178,7 +207,7 @@ def plot_tta(ctx: RunContext, runs: list[PolicyRun], rows: list[dict], p: TrainP
         ax.set_ylim(max(0.0, p.target_acc - 0.25), 1.0)
         ax.set_xlabel("simulated wall-clock (ms, log)")
         ax.set_ylabel(f"test accuracy (worker 0, mean of {ctx.num_seeds} seeds)")
-        ax.set_title(f"{runs[0].schedule.num_workers} servers, {bw:g} Gbps NICs")
+        ax.set_title(f"{runs[0].schedule.num_workers} servers, {bw:g} Gbps NICs, sketch {sk:g} GB/s", fontsize=8)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     ctx.save_figure(fig, "accuracy_vs_time")
@@ -198,13 +227,14 @@ def accuracy_drop_rows(ctx: RunContext, runs: list[PolicyRun], p: TrainParams) -
     for pair in p.accuracy_pairs:
         pol, ref = pair.split(":")
         for bw in p.bandwidths_gbps:
-            a = [r for r in runs if r.policy == pol and r.gbps == bw]
-            b = [r for r in runs if r.policy == ref and r.gbps == bw]
-            if not a or not b:
-                raise ValueError(f"accuracy pair {pair!r}: both policies must be in the experiment")
-            drop = 100.0 * (b[0].acc[:, -1] - a[0].acc[:, -1])
-            rows += metric_rows(pol, {"acc_drop_pp": (drop, "pp")}, seeds=ctx.seeds(), bandwidth_gbps=bw,
-                                servers=a[0].schedule.num_workers, reference=ref)
+            for sk in p.sketch_gbps:
+                a = [r for r in runs if r.policy == pol and r.gbps == bw and r.sketch_gbps == sk]
+                b = [r for r in runs if r.policy == ref and r.gbps == bw and r.sketch_gbps == sk]
+                if not a or not b:
+                    raise ValueError(f"accuracy pair {pair!r}: both policies must be in the experiment")
+                drop = 100.0 * (b[0].acc[:, -1] - a[0].acc[:, -1])
+                rows += metric_rows(pol, {"acc_drop_pp": (drop, "pp")}, seeds=ctx.seeds(), bandwidth_gbps=bw,
+                                    sketch_gbps=sk, servers=a[0].schedule.num_workers, reference=ref)
     return rows
 
 
@@ -271,7 +301,7 @@ def accuracy_cost(ctx: RunContext) -> list[dict]:
     rows = tta_rows(ctx, runs, p)
     for r in runs:
         rows += metric_rows(r.policy, {"plateaued": (plateaued(r.acc, p.plateau_pp), "bool")}, seeds=ctx.seeds(),
-                            bandwidth_gbps=r.gbps, servers=r.schedule.num_workers)
+                            bandwidth_gbps=r.gbps, sketch_gbps=r.sketch_gbps, servers=r.schedule.num_workers)
     plot_accuracy(ctx, runs, p)
     return rows + accuracy_drop_rows(ctx, runs, p)
 
@@ -306,7 +336,8 @@ def comm_ratio(ctx: RunContext) -> list[dict]:
     for sd in p.slowdowns:
         scale = np.ones(ctx.hardware.num_servers)
         scale[-1] = sd  # one straggler (the last worker; accuracy and time are read at worker 0)
-        part = tta_rows(ctx, train_and_time(ctx, q, compute_scale=scale), q)
+        rates = p.sketch_gbps if sd == p.slowdowns[0] else p.sketch_gbps[:1]  # sensitivity rates: homogeneous only
+        part = tta_rows(ctx, train_and_time(ctx, q, compute_scale=scale, sketch_gbps=rates), q)
         for row in part:
             row["comm_ratio"] = gbps[row["bandwidth_gbps"]]
             row["slowdown"] = sd
@@ -314,7 +345,7 @@ def comm_ratio(ctx: RunContext) -> list[dict]:
     import pandas as pd
 
     df = pd.DataFrame(rows)
-    df = df[df.slowdown == p.slowdowns[0]]  # the figure: the first heterogeneity setting
+    df = df[(df.slowdown == p.slowdowns[0]) & (df.sketch_gbps == p.sketch_gbps[0])]  # the figure: the first ones
     fig, axes = figure(ncols=2, w=5.0, h=3.6)
     lines_with_ci(axes[0][0], df, "tta_s", x="comm_ratio", xlabel="communication / compute (log)",
                   ylabel=f"simulated time to {100 * p.target_acc:g}% (s)", logx=True)
@@ -344,10 +375,13 @@ def optimiser_sweep(ctx: RunContext) -> list[dict]:
     p: OptimiserSweepParams = ctx.params
     seeds = ctx.seeds() + p.tuning_seed_offset
     grid = [(float(lr), float(m)) for m in p.momenta for lr in p.lrs]
-    runs = train_and_time(ctx, p, grid=grid, seeds=seeds)
+    if unknown := set(p.first_rate_only) - set(ctx.policies):
+        raise ValueError(f"params.first_rate_only names policies this sweep does not run: {sorted(unknown)}")
+    runs = train_and_time(ctx, p, grid=grid, seeds=seeds, first_rate_only=p.first_rate_only)
     rows, best = [], {}
     for r in runs:
-        cond = dict(seeds=seeds, bandwidth_gbps=r.gbps, servers=r.schedule.num_workers, lr=r.lr, momentum=r.momentum)
+        cond = dict(seeds=seeds, bandwidth_gbps=r.gbps, sketch_gbps=r.sketch_gbps, servers=r.schedule.num_workers,
+                    lr=r.lr, momentum=r.momentum)
         diverged = not np.all(np.isfinite(r.acc))
         rows += metric_rows(r.policy, {"diverged": (np.full(len(seeds), float(diverged)), "bool")}, **cond)
         if not diverged:

@@ -13,6 +13,16 @@ Message sizes:
 fp32 = 4 B/element; 8-bit sketch = 1 B/element + 8 B (lo, scale) per quantisation piece; every message also
 carries ``header_bytes``.
 
+Sketch arithmetic ([ours]; :meth:`_Sim.sketch_pass`). Every 8-bit exchange charges its quantise and dequantise work
+at the worker's rate ``ComputeModel.sketch_bytes_per_s`` (fp32 bytes per second of a quantise + dequantise round
+trip; each pass, an encode or a decode-and-add, costs half of it: ``2 * elements / rate`` seconds). Each worker's
+sketch arithmetic is one FIFO of its own: passes run one at a time in the order they are asked for, apart from its
+NICs and without delaying its backward pass. A pass is charged wherever the numerics
+(:mod:`mlsys_repro.papers.canary.train`) quantise or use decoded values: the sender encodes before it sends, the
+receiver decodes (and adds) before it merges or forwards a partial sum, and every worker decodes an aggregated piece
+before it applies it; codes that are only relayed cost nothing. Rate 0 (the default) makes every pass free and the
+schedules are exactly those without the model; fp32 policies never pay it.
+
 Protocols (exact schedules; the README discusses what is the paper's and what is ours):
 
 * ``canary``: per piece ``q`` of colayer ``c``, an owner ``q mod N`` and a first level ``q mod (k+1)``. As soon
@@ -21,16 +31,27 @@ Protocols (exact schedules; the README discusses what is the paper's and what is
   to the group member with the owner's digit, which merges the ``n - 1`` partials it receives (decode, add,
   re-sketch). The owner then broadcasts the aggregated piece back down the same tree. No barrier: a worker
   starts iteration ``t`` once it has applied every piece of iteration ``t - 1 - s`` (bounded staleness ``s``).
+  Sketch passes: the first sender of a partial quantises its own piece; a merging holder decodes each partial as it
+  arrives and re-sketches the merged sum before it forwards it; the owner sketches the aggregate once for the
+  broadcast; each worker (the owner included) decodes the aggregate to apply it, while relaying its codes at once.
   The :class:`~mlsys_repro.papers.canary.gei.GradientExchangeIndex` checks that every contribution is merged exactly
   once and that every worker applies every aggregated piece exactly once.
 * ``ps``: TensorFlow-style BSP parameter server, shards co-located on all ``N`` servers (balanced contiguous
   shards), one NIC: each ready colayer is pushed shard by shard; a shard is updated when all ``N`` pushes of all
   its parts arrived, then every worker pulls it; a worker starts ``t + 1`` when it holds all shards.
-  ``sketch=True`` is the BytePS-style variant (8-bit pushes and pulls).
+  ``sketch=True`` is the BytePS-style variant (8-bit pushes and pulls): a worker encodes each push (the co-located
+  shard too, as the numerics round-trip it, without the wire), the server decodes each push as it arrives, encodes
+  the finished shard once, and every worker (the server too) decodes the pull before it counts as applied.
 * ``ring``: Horovod-style ring all-reduce on one NIC, one colayer (fusion bucket) at a time in ready order;
-  ``2 (N - 1)`` ring steps per bucket; ``sketch=True`` sends 8-bit chunks.
+  ``2 (N - 1)`` ring steps per bucket; ``sketch=True`` sends 8-bit chunks: in the reduce-scatter each hop encodes
+  the partial sum it sends and the receiver decodes and adds it before its next send; the worker that completes a
+  chunk encodes it once for the all-gather, whose codes are relayed as received; every worker decodes all ``N``
+  finished chunks of a bucket to apply them.
 * ``bml``: BML on BCube: after the backward pass the gradient is cut into ``k + 1`` parts, each reduce-scattered
-  level by level (starting on a different level, so all NICs work in parallel) and all-gathered back.
+  level by level (starting on a different level, so all NICs work in parallel) and all-gathered back. With
+  ``overlap=True`` (``bml_overlap``, [ours]: BML with backward-pass pipelining) every colayer is such a bucket of its
+  own, exchanged the same way as soon as its backward pass ends, in ready order (the NICs' FIFOs keep it); the same
+  elements cross the same links, so only the per-message headers (and block rounding) add bytes.
 * ``ako``: Ako on one NIC: after each backward pass a worker sends partition ``t mod p`` of its accumulated
   gradient to every peer; no barrier beyond a staleness bound ``s`` on received messages (TF.AKO's
   ``synch_max_diff``); ``p`` is chosen so ``(N - 1)`` partitions fit in one iteration's compute time at the NIC
@@ -54,6 +75,9 @@ from mlsys_repro.papers.canary.compute_model import ComputeModel, Layout
 from mlsys_repro.papers.canary.gei import GradientExchangeIndex
 
 PROTOCOLS = ("canary", "ps", "ring", "bml", "ako")
+# [ours] share of a sketch round trip's time that one pass takes: an encode, or a decode and add (the benchmark,
+# mlsys_repro/papers/canary/bench.py, measures the round trip; splitting it evenly keeps a round trip at its rate)
+SKETCH_PASS_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -82,12 +106,17 @@ class ProtocolSpec:
     pipeline: bool = True  # send colayers as the backward pass produces them
     ako_partitions: int = 0  # 0 = Ako's bandwidth rule
     ako_max_partitions: int = 256
+    overlap: bool = False  # bml: exchange every colayer as soon as it is ready (backward-pass pipelining)
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
         if self.staleness < 0 or self.ako_partitions < 0:
             raise ValueError("staleness and ako_partitions must be >= 0")
+        if self.overlap and self.protocol != "bml":
+            raise ValueError(f"overlap is BML's backward-pass pipelining (protocol 'bml'), not {self.protocol!r}'s")
+        if self.overlap and not self.pipeline:
+            raise ValueError("overlap sends colayers as the backward pass produces them: it needs pipeline=True")
 
 
 @dataclass
@@ -163,6 +192,9 @@ class _Sim(abc.ABC):
         self.busy = [False] * self.N
         self.hdr = net_spec.header_bytes
         self.iter_bytes = np.zeros(self.T)
+        self.sketch_rate = float(cm.sketch_bytes_per_s)
+        self.sketch_free = [0.0] * self.N  # when each worker's sketch arithmetic is next idle
+        self.sketch_busy_s = 0.0  # all workers, all iterations
 
     # ------------------------------------------------------------------ worker loop
     def run(self) -> Schedule:
@@ -197,6 +229,20 @@ class _Sim(abc.ABC):
         self.on_backward_done(w, t)
         self.try_start(w)
 
+    def sketch_pass(self, w: int, elems: int, fn, *args) -> None:
+        """Run ``fn(*args)`` when worker ``w`` has made one sketch pass (an encode, or a decode and add) over
+        ``elems`` fp32 elements: ``SKETCH_PASS_SHARE * 4 * elems / rate`` seconds on ``w``'s own FIFO, after the
+        passes asked for before it. Free (``fn`` runs now) for fp32 policies and at rate 0."""
+        if not (self.spec.sketch and self.sketch_rate):
+            fn(*args)
+            return
+        now = self.loop.now
+        start = self.sketch_free[w] if self.sketch_free[w] > now else now
+        dur = SKETCH_PASS_SHARE * 4 * int(elems) / self.sketch_rate
+        self.sketch_free[w] = start + dur
+        self.sketch_busy_s += dur
+        self.loop.at(start + dur, fn, *args)
+
     def send(self, t: int, src: int, dst: int, nbytes: int, nic: int, fn, *args) -> None:
         """Send a message of iteration ``t`` (``fn(transfer, *args)`` on arrival); adds the header."""
         self.iter_bytes[t] += nbytes + self.hdr
@@ -218,7 +264,8 @@ class _Sim(abc.ABC):
             raise RuntimeError("byte accounting mismatch between iterations and the network")
         return Schedule(self.spec.protocol, self.N, self.T, self.fwd_start, self.bwd_end,
                         float(self.iter_bytes.mean()), self.net.count / self.T,
-                        log=self.net.log if self.net.keep_log else None, **kw)
+                        log=self.net.log if self.net.keep_log else None,
+                        extra={"sketch_s_per_iteration": self.sketch_busy_s / (self.N * self.T)}, **kw)
 
 
 # ---------------------------------------------------------------------------------------------- Canary
@@ -234,6 +281,7 @@ class CanarySim(_Sim):
         tree = piece_tree(bc, self.Q)
         self.owner, self.level, self.send_stage, self.target = tree
         self.msg = [payload_bytes(int(n), spec.sketch, layout.piece_elems) for n in layout.piece_len]
+        self.plen = [int(n) for n in layout.piece_len]
         self.pieces_of = [np.flatnonzero(layout.piece_colayer == c).tolist() for c in range(layout.num_colayers)]
         self.gei = GradientExchangeIndex(self.Q, self.N)
         self.arrival = np.full((self.T, self.Q, self.N), np.nan)
@@ -260,25 +308,33 @@ class CanarySim(_Sim):
         stage, got, ready = self._st(t, q)
         while True:
             j = stage[h]
-            if j == self.L:  # h is the owner and holds every contribution
+            if j == self.L:  # h is the owner and holds every contribution: sketch the aggregate once
                 stage[h] = self.L + 1
                 self.gei.finish(t, q, h)
-                self._deliver(t, q, h)
-                self._broadcast(t, q, h, self.L)
+                self.sketch_pass(h, self.plen[q], self._aggregated, t, q, h)
                 return
-            if self.send_stage[q][h] == j:
+            if self.send_stage[q][h] == j:  # sketch the partial (own piece, or the merged sum), then send it
                 sources = self.gei.take(t, q, h)
                 stage[h] = self.L + 1
-                self.send(t, h, self.target[q][h], self.msg[q], self.level[q][j], self._contribution, t, q,
-                          self.target[q][h], j, sources)
+                tgt = self.target[q][h]
+                self.sketch_pass(h, self.plen[q], self.send, t, h, tgt, self.msg[q], self.level[q][j],
+                                 self._contribution, t, q, tgt, j, sources)
                 return
             if got[h][j] < self.bc.n - 1:
                 return
             stage[h] = j + 1
 
+    def _aggregated(self, t, q, h):
+        """The owner ``h`` sketched the aggregate: it decodes it to apply it, and broadcasts the codes."""
+        self.sketch_pass(h, self.plen[q], self._deliver, t, q, h)
+        self._broadcast(t, q, h, self.L)
+
     def _contribution(self, tr, t, q, h, j, sources):
         self.gei.received()
         self.gei.contribute(t, q, h, sources)
+        self.sketch_pass(h, self.plen[q], self._merged, t, q, h, j)  # decode and add it
+
+    def _merged(self, t, q, h, j):
         stage, got, ready = self._st(t, q)
         got[h][j] += 1
         if ready[h] and stage[h] == j:
@@ -293,7 +349,7 @@ class CanarySim(_Sim):
                 self.send(t, h, peer, self.msg[q], lvl, self._bcast_arrive, t, q, peer, j)
 
     def _bcast_arrive(self, tr, t, q, h, jr):
-        self._deliver(t, q, h)
+        self.sketch_pass(h, self.plen[q], self._deliver, t, q, h)  # decode to apply; the codes are relayed now
         self._broadcast(t, q, h, jr)
 
     def _deliver(self, t, q, w):
@@ -345,14 +401,14 @@ class ParamServerSim(_Sim):
         super().__init__(spec, net_spec, layout, cm, batch, iterations, 1, keep_log, compute_scale)
         bounds = np.linspace(0, layout.size, self.N + 1).round().astype(int)
         self.shard_size = np.diff(bounds)
-        self.segments = []  # per colayer: [(shard, push bytes)]
+        self.segments = []  # per colayer: [(shard, push bytes, elements)]
         self.parts = np.zeros(self.N, dtype=int)
         for c in range(layout.num_colayers):
             segs = []
             for s in range(self.N):
                 m = sum(max(0, min(e, bounds[s + 1]) - max(a, bounds[s])) for a, e in layout.colayer_ranges[c])
                 if m > 0:
-                    segs.append((s, payload_bytes(m, spec.sketch, layout.piece_elems)))
+                    segs.append((s, payload_bytes(m, spec.sketch, layout.piece_elems), m))
                     self.parts[s] += 1
             self.segments.append(segs)
         self.pull_bytes = [payload_bytes(int(m), spec.sketch, layout.piece_elems) for m in self.shard_size]
@@ -364,11 +420,14 @@ class ParamServerSim(_Sim):
         return t == 0 or self.pulled.get((t - 1, w), 0) == self.N
 
     def on_ready(self, w, t, c):
-        for s, nb in self.segments[c]:
-            if s == w:
-                self._pushed(None, t, s, c)
+        for s, nb, m in self.segments[c]:
+            if s == w:  # the co-located shard: no wire, but encoded and decoded as the numerics do
+                self.sketch_pass(w, m, self.sketch_pass, w, m, self._pushed, None, t, s, c)
             else:
-                self.send(t, w, s, nb, 0, self._pushed, t, s, c)
+                self.sketch_pass(w, m, self.send, t, w, s, nb, 0, self._push_arrived, t, s, c, m)
+
+    def _push_arrived(self, tr, t, s, c, m):
+        self.sketch_pass(s, m, self._pushed, tr, t, s, c)  # the server decodes and adds the push
 
     def _pushed(self, tr, t, s, c):
         k = (t, s, c)
@@ -379,10 +438,17 @@ class ParamServerSim(_Sim):
         self.parts_done[(t, s)] = self.parts_done.get((t, s), 0) + 1
         if self.parts_done[(t, s)] == self.parts[s]:
             del self.parts_done[(t, s)]
-            self._pulled(None, t, s, s)
-            for i in range(1, self.N):
-                r = (s + i) % self.N
-                self.send(t, s, r, self.pull_bytes[s], 0, self._pulled, t, s, r)
+            self.sketch_pass(s, int(self.shard_size[s]), self._serve, t, s)  # sketch the updated shard once
+
+    def _serve(self, t, s):
+        """Shard ``s`` of iteration ``t`` is aggregated (and sketched): the server applies it, every worker pulls it."""
+        self.sketch_pass(s, int(self.shard_size[s]), self._pulled, None, t, s, s)
+        for i in range(1, self.N):
+            r = (s + i) % self.N
+            self.send(t, s, r, self.pull_bytes[s], 0, self._pull_arrived, t, s, r)
+
+    def _pull_arrived(self, tr, t, s, r):
+        self.sketch_pass(r, int(self.shard_size[s]), self._pulled, tr, t, s, r)  # decode to apply
 
     def _pulled(self, tr, t, s, r):
         self.pulled[(t, r)] = self.pulled.get((t, r), 0) + 1
@@ -398,8 +464,8 @@ class RingSim(_Sim):
     def __init__(self, spec, net_spec, layout, cm, batch, iterations, keep_log=False, compute_scale=None):
         super().__init__(spec, net_spec, layout, cm, batch, iterations, 1, keep_log, compute_scale)
         sizes = [layout.colayer_size(c) for c in range(layout.num_colayers)]
-        self.chunk_bytes = [[payload_bytes(m, spec.sketch, layout.piece_elems) for m in split_sizes(size, self.N)]
-                            for size in sizes]
+        self.chunk_elems = [split_sizes(size, self.N) for size in sizes]
+        self.chunk_bytes = [[payload_bytes(m, spec.sketch, layout.piece_elems) for m in ch] for ch in self.chunk_elems]
         self.B = len(sizes)
         self.steps = 2 * (self.N - 1)
         self.turn = {}  # (t, w) -> bucket being reduced
@@ -407,6 +473,8 @@ class RingSim(_Sim):
         self.sent: dict[tuple[int, int, int], int] = {}
         self.recv: dict[tuple[int, int, int], int] = {}
         self.done_iter: set[tuple[int, int]] = set()
+        self.received_all: set[tuple[int, int]] = set()  # (t, w): every step of every bucket arrived
+        self.decoding: dict[tuple[int, int], int] = {}  # (t, w): finished chunks still being decoded to apply
 
     def can_start(self, w, t):
         return t == 0 or (t - 1, w) in self.done_iter
@@ -423,11 +491,44 @@ class RingSim(_Sim):
         s = self.sent.get(k, -1) + 1
         while s < self.steps and (s == 0 or self.recv.get(k, -1) >= s - 1):
             chunk = (w - s) % self.N
-            self.send(t, w, (w + 1) % self.N, self.chunk_bytes[b][chunk], 0, self._recv, t, b, (w + 1) % self.N, s)
+            dst = (w + 1) % self.N
+            args = (t, w, dst, self.chunk_bytes[b][chunk], 0, self._recv, t, b, dst, s)
+            if s < self.N:  # a partial sum, or (s = N - 1) the chunk this worker completed: sketch it first
+                self.sketch_pass(w, self.chunk_elems[b][chunk], self.send, *args)
+                if s == self.N - 1:
+                    self._decode_to_apply(t, b, w, chunk)
+            else:  # all-gather: the codes go on as they came
+                self.send(*args)
             self.sent[k] = s
             s += 1
 
     def _recv(self, tr, t, b, w, s):
+        chunk = (w - 1 - s) % self.N
+        if s < self.N - 1:  # a partial sum: decode and add it before it goes on
+            self.sketch_pass(w, self.chunk_elems[b][chunk], self._got, t, b, w, s)
+        else:  # a finished chunk: relayed as is, decoded to be applied
+            self._decode_to_apply(t, b, w, chunk)
+            self._got(t, b, w, s)
+
+    def _decode_to_apply(self, t, b, w, chunk):
+        if not self.spec.sketch:
+            return
+        self.decoding[(t, w)] = self.decoding.get((t, w), 0) + 1
+        self.sketch_pass(w, self.chunk_elems[b][chunk], self._decoded, t, w)
+
+    def _decoded(self, t, w):
+        self.decoding[(t, w)] -= 1
+        self._maybe_done(t, w)
+
+    def _maybe_done(self, t, w):
+        if (t, w) in self.received_all and not self.decoding.get((t, w), 0):
+            self.received_all.discard((t, w))
+            self.decoding.pop((t, w), None)
+            self.done_iter.discard((t - 1, w))
+            self.done_iter.add((t, w))
+            self.try_start(w)
+
+    def _got(self, t, b, w, s):
         k = (t, b, w)
         self.recv[k] = s
         if s == self.steps - 1:
@@ -436,9 +537,8 @@ class RingSim(_Sim):
             self.is_ready.discard((t, w, b))
             if b + 1 == self.B:
                 self.turn.pop((t, w), None)
-                self.done_iter.discard((t - 1, w))
-                self.done_iter.add((t, w))
-                self.try_start(w)
+                self.received_all.add((t, w))
+                self._maybe_done(t, w)
             else:
                 self.turn[(t, w)] = b + 1
                 self._pump(t, b + 1, w)
@@ -455,12 +555,19 @@ class BMLSim(_Sim):
         self.bc = BCube(net_spec.n, net_spec.k)
         self.L = self.bc.num_levels
         n = self.bc.n
-        self.parts = split_sizes(layout.size, self.L)
-        # block sizes (elements) sent to each peer in reduce stage i and broadcast stage i, per part
-        self.red = [[math.ceil(p / n ** (i + 1)) for i in range(self.L)] for p in self.parts]
-        self.bc_sz = [[math.ceil(p / self.N * n**i) for i in range(self.L)] for p in self.parts]
-        self.stage: dict[tuple[int, int, int], int] = {}
-        self.got: dict[tuple[int, int, int, int], int] = {}
+        if spec.overlap:  # every colayer is a bucket, exchanged when its backward pass ends
+            sizes = [layout.colayer_size(c) for c in range(layout.num_colayers)]
+            self.bucket_of = list(range(layout.num_colayers))
+        else:  # BML synchronises the whole gradient after the backward pass (the last colayer is ready)
+            sizes = [layout.size]
+            self.bucket_of = [-1] * (layout.num_colayers - 1) + [0]
+        self.parts = [split_sizes(size, self.L) for size in sizes]  # per bucket: its k + 1 parts
+        # block sizes (elements) sent to each peer in reduce stage i and broadcast stage i, per bucket and part
+        self.red = [[[math.ceil(p / n ** (i + 1)) for i in range(self.L)] for p in parts] for parts in self.parts]
+        self.bc_sz = [[[math.ceil(p / self.N * n**i) for i in range(self.L)] for p in parts] for parts in self.parts]
+        self.num_parts = len(sizes) * self.L  # (bucket, part) exchanges per iteration
+        self.stage: dict[tuple[int, int, int, int], int] = {}
+        self.got: dict[tuple[int, int, int, int, int], int] = {}
         self.parts_done: dict[tuple[int, int], int] = {}
         self.done_iter: set[tuple[int, int]] = set()
 
@@ -468,44 +575,46 @@ class BMLSim(_Sim):
         return t == 0 or (t - 1, w) in self.done_iter
 
     def on_ready(self, w, t, c):
-        if c == self.layout.num_colayers - 1:  # BML synchronises the whole gradient after the backward pass
-            for j in range(self.L):
-                self.stage[(t, j, w)] = 0
-                self._stage_send(t, j, w)
+        b = self.bucket_of[c]
+        if b < 0:
+            return
+        for j in range(self.L):
+            self.stage[(t, b, j, w)] = 0
+            self._stage_send(t, b, j, w)
 
     def _level(self, j, i):
         order = self.bc.level_order(j)
         return order[i] if i < self.L else order[2 * self.L - 1 - i]
 
-    def _stage_send(self, t, j, w):
-        i = self.stage[(t, j, w)]
+    def _stage_send(self, t, b, j, w):
+        i = self.stage[(t, b, j, w)]
         lvl = self._level(j, i)
-        elems = self.red[j][i] if i < self.L else self.bc_sz[j][i - self.L]
+        elems = self.red[b][j][i] if i < self.L else self.bc_sz[b][j][i - self.L]
         for peer in self.bc.neighbours(w, lvl):
-            self.send(t, w, peer, 4 * elems, lvl, self._got, t, j, peer, i)
-        self._check(t, j, w)
+            self.send(t, w, peer, 4 * elems, lvl, self._got, t, b, j, peer, i)
+        self._check(t, b, j, w)
 
-    def _got(self, tr, t, j, w, i):
-        k = (t, j, w, i)
+    def _got(self, tr, t, b, j, w, i):
+        k = (t, b, j, w, i)
         self.got[k] = self.got.get(k, 0) + 1
-        self._check(t, j, w)
+        self._check(t, b, j, w)
 
-    def _check(self, t, j, w):
-        i = self.stage.get((t, j, w))
-        if i is None or self.got.get((t, j, w, i), 0) < self.bc.n - 1:
+    def _check(self, t, b, j, w):
+        i = self.stage.get((t, b, j, w))
+        if i is None or self.got.get((t, b, j, w, i), 0) < self.bc.n - 1:
             return
-        del self.got[(t, j, w, i)]
+        del self.got[(t, b, j, w, i)]
         if i + 1 == 2 * self.L:
-            del self.stage[(t, j, w)]
+            del self.stage[(t, b, j, w)]
             self.parts_done[(t, w)] = self.parts_done.get((t, w), 0) + 1
-            if self.parts_done[(t, w)] == self.L:
+            if self.parts_done[(t, w)] == self.num_parts:
                 del self.parts_done[(t, w)]
                 self.done_iter.discard((t - 1, w))
                 self.done_iter.add((t, w))
                 self.try_start(w)
             return
-        self.stage[(t, j, w)] = i + 1
-        self._stage_send(t, j, w)
+        self.stage[(t, b, j, w)] = i + 1
+        self._stage_send(t, b, j, w)
 
 
 # ---------------------------------------------------------------------------------------------- Ako
@@ -623,5 +732,5 @@ def extrapolate(s: Schedule, iterations: int, margin: int = 3, window: int = 8,
     return None
 
 
-__all__ = ["PROTOCOLS", "NetSpec", "ProtocolSpec", "Schedule", "ako_partitions", "extrapolate", "payload_bytes",
-           "piece_tree", "simulate", "sketch_bytes", "split_sizes"]
+__all__ = ["PROTOCOLS", "SKETCH_PASS_SHARE", "NetSpec", "ProtocolSpec", "Schedule", "ako_partitions", "extrapolate",
+           "payload_bytes", "piece_tree", "simulate", "sketch_bytes", "split_sizes"]

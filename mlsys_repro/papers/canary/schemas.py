@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from mlsys_repro.common.repro.schema import BaseHardware, BasePolicy, register_schema
@@ -72,6 +73,7 @@ class ExchangePolicy(BasePolicy):
     pipeline: bool = True
     ako_partitions: int = 0  # 0: Ako's bandwidth rule
     local_first: bool = False  # [ours] async Canary: apply the own gradient at once, only remote pieces are stale
+    overlap: bool = False  # [ours] BML with backward-pass pipelining: each colayer exchanged as soon as it is ready
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -82,6 +84,9 @@ class ExchangePolicy(BasePolicy):
             raise ValueError("policy.local_first needs protocol 'canary' with staleness >= 1")
         if self.sketch and self.protocol in ("bml", "ako"):
             raise ValueError(f"protocol {self.protocol!r} has no 8-bit variant")
+        if self.overlap and (self.protocol != "bml" or not self.pipeline):
+            raise ValueError("policy.overlap is BML's backward-pass pipelining: it needs protocol 'bml' and "
+                             "pipeline: true")
 
 
 @dataclass
@@ -106,6 +111,12 @@ class TrainParams:
     # per-policy optimiser {policy: [lr, momentum]} (the `optimiser_sweep` choice); unlisted policies use lr/momentum;
     # a key "policy@<gbps>" (e.g. "canary@1") overrides the policy's entry at that NIC rate
     optimiser: dict[str, list[float]] = field(default_factory=dict)
+    # [ours] conditions: the workers' 8-bit sketch arithmetic rate, GB/s of fp32 input per quantise + dequantise round
+    # trip (ComputeModel.sketch_bytes_per_s); 0 = free; rows carry `sketch_gbps`; fp32 policies do not depend on it
+    sketch_gbps: list[float] = field(default_factory=lambda: [0.0])
+    # per-policy run length as a multiple of `iterations` (e.g. {ako: 3}: Ako trains 3x as long, so that a slow
+    # policy's time to target is measured rather than censored); unlisted policies run `iterations`
+    iterations_factor: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -126,6 +137,21 @@ class TrainParams:
         for name, opt in self.optimiser.items():
             if len(opt) != 2 or not opt[0] > 0 or not 0 <= opt[1] < 1:
                 raise ValueError(f"params.optimiser.{name} must be [lr > 0, 0 <= momentum < 1], got {list(opt)}")
+        rates = list(self.sketch_gbps)
+        if not rates or not all(math.isfinite(r) and r >= 0 for r in rates) or len(set(rates)) != len(rates):
+            raise ValueError(f"params.sketch_gbps must be distinct finite rates >= 0 (0 = free), got {rates}")
+        for name, f in self.iterations_factor.items():
+            if isinstance(f, bool) or not isinstance(f, int) or f < 1:
+                raise ValueError(f"params.iterations_factor.{name} must be an integer >= 1, got {f!r}")
+        for pair in self.accuracy_pairs:
+            a, b = pair.split(":")
+            if self.iterations_for(a) != self.iterations_for(b):
+                raise ValueError(f"params.accuracy_pairs {pair!r} compares final accuracies after different run "
+                                 "lengths (params.iterations_factor)")
+
+    def iterations_for(self, policy: str) -> int:
+        """Iterations ``policy`` trains for: ``iterations`` times its ``iterations_factor`` (default 1)."""
+        return self.iterations * int(self.iterations_factor.get(policy, 1))
 
     def optimiser_for(self, policy: str, gbps: float | None = None) -> tuple[float, float]:
         """``(lr, momentum)`` that ``policy`` trains with (at NIC rate ``gbps``: ``policy@<gbps>`` first)."""
@@ -146,9 +172,18 @@ class OptimiserSweepParams(TrainParams):
     lrs: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.2])
     momenta: list[float] = field(default_factory=lambda: [0.0, 0.5, 0.9])
     tuning_seed_offset: int = 1000  # tuning seeds are seed + offset .. : never the seeds the results are reported on
+    # policies tuned at the first NIC rate only: the experiments run them there (or at a rate no sweep runs, which
+    # takes the first rate's choice), so the other rates' trainings would choose for nothing
+    first_rate_only: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if len(set(self.first_rate_only)) != len(self.first_rate_only):
+            raise ValueError(f"params.first_rate_only lists a policy twice: {self.first_rate_only}")
+        if len(self.sketch_gbps) != 1:
+            raise ValueError("params.sketch_gbps: a sweep chooses at one sketch rate (one per policy and NIC rate)")
+        if self.iterations_factor:
+            raise ValueError("params.iterations_factor: a sweep scores every grid point over the same run length")
         if not self.lrs or min(self.lrs) <= 0 or not self.momenta or not all(0 <= m < 1 for m in self.momenta):
             raise ValueError("params.lrs must be positive and params.momenta in [0, 1), both non-empty")
         if self.tuning_seed_offset < 1:
@@ -161,7 +196,8 @@ class CommRatioParams(TrainParams):
 
     The ratio is :func:`mlsys_repro.common.timing.comm_compute_ratio` of ``hardware.workload``: one fp32 gradient over
     one NIC divided by one iteration's compute on ``hardware.gpu``; each ratio sets the NIC rate
-    ``8 * gradient bytes / (ratio * step time)`` (``bandwidths_gbps`` is ignored).
+    ``8 * gradient bytes / (ratio * step time)`` (``bandwidths_gbps`` is ignored). The first ``sketch_gbps`` runs at
+    every slowdown; the others (sensitivity readings) on homogeneous workers only (the first slowdown, 1).
     """
 
     comm_ratios: list[float] = field(default_factory=lambda: [0.25, 1.0, 4.0])
@@ -172,6 +208,9 @@ class CommRatioParams(TrainParams):
         super().__post_init__()
         if not self.slowdowns or min(self.slowdowns) < 1 or len(set(self.slowdowns)) != len(self.slowdowns):
             raise ValueError("params.slowdowns must be distinct factors >= 1 (1 = homogeneous)")
+        if len(self.sketch_gbps) > 1 and self.slowdowns[0] != 1.0:
+            raise ValueError("params.slowdowns must start with 1.0 (homogeneous) where several sketch_gbps run: the "
+                             "sensitivity rates run at the first slowdown only")
         if not self.comm_ratios or min(self.comm_ratios) <= 0 or len(set(self.comm_ratios)) != len(self.comm_ratios):
             raise ValueError("params.comm_ratios must be distinct positive ratios")
 

@@ -98,10 +98,11 @@ def _overlap(lay, c, s, d, n):
     return sum(max(0, min(e, b[s + 1]) - max(a, b[s])) for a, e in lay.colayer_ranges[c]) > 0
 
 
-@pytest.mark.parametrize("proto", ["ps", "ring", "bml"])
-def test_synchronous_baselines_wait_for_the_whole_update(proto):
+@pytest.mark.parametrize("spec", [ProtocolSpec("ps"), ProtocolSpec("ring"), ProtocolSpec("bml"),
+                                  ProtocolSpec("bml", overlap=True)])
+def test_synchronous_baselines_wait_for_the_whole_update(spec):
     lay = small_layout()
-    s = simulate(ProtocolSpec(proto), net(), lay, CM, 8, 4, keep_log=True)
+    s = simulate(spec, net(), lay, CM, 8, 4, keep_log=True)
     assert channel_overlaps(s.log) == []
     # iteration t + 1 starts after the last byte of iteration t reached that worker
     arrivals = {}
@@ -160,13 +161,19 @@ def test_ako_partitions_follow_the_bandwidth_rule():
     assert np.all(s.visible[eye] == np.repeat(np.arange(1, 11), 9))  # own gradient: applied at once
 
 
-@pytest.mark.parametrize("spec", [ProtocolSpec("ps", sketch=True), ProtocolSpec("bml"),
-                                  ProtocolSpec("canary", sketch=True, staleness=0)])
-def test_steady_state_extrapolation_matches_full_simulation(spec):
+# (spec, sketch rate, periodic within 25 iterations: else the simulation falls back to a full run, as Canary may)
+@pytest.mark.parametrize("spec, sketch_rate, periodic", [
+    (ProtocolSpec("ps", sketch=True), 0.0, True), (ProtocolSpec("bml"), 0.0, True),
+    (ProtocolSpec("canary", sketch=True, staleness=0), 0.0, False), (ProtocolSpec("bml", overlap=True), 0.0, True),
+    (ProtocolSpec("ring", sketch=True), 1e8, False), (ProtocolSpec("ps", sketch=True), 1e8, True)])
+def test_steady_state_extrapolation_matches_full_simulation(spec, sketch_rate, periodic):
+    from dataclasses import replace
+
     lay = small_layout()
-    full = simulate(spec, net(), lay, CM, 8, 60)
-    short = simulate(spec, net(), lay, CM, 8, 60, max_simulated=25)
-    if spec.protocol != "canary":  # canary may not be periodic that early and then falls back to a full run
+    cm = replace(CM, sketch_bytes_per_s=sketch_rate)
+    full = simulate(spec, net(), lay, cm, 8, 60)
+    short = simulate(spec, net(), lay, cm, 8, 60, max_simulated=25)
+    if periodic:
         assert short.extra.get("simulated_iterations") == 25
     np.testing.assert_allclose(short.fwd_start, full.fwd_start, rtol=1e-6)
     assert short.bytes_per_iteration == pytest.approx(full.bytes_per_iteration)

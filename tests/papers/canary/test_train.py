@@ -12,7 +12,7 @@ from mlsys_repro.common.models.data import load_image_data
 from mlsys_repro.common.quant import sketch
 from mlsys_repro.papers.canary.data import layout_for_shape, model_layout
 from mlsys_repro.papers.canary.protocols import piece_tree
-from mlsys_repro.papers.canary.train import Exchange, Setup, _masks, aggregate, make_train
+from mlsys_repro.papers.canary.train import Exchange, Setup, _masks, _rt_rows, aggregate, make_train
 from tests.conftest import DATA
 from tests.papers.canary.test_protocols import small_layout
 
@@ -53,6 +53,26 @@ def test_tree_aggregation_matches_a_loop_reference(use_sketch):
     exact = np.asarray(g, np.float64).sum(0)
     err = np.abs(got - exact).max()
     assert (err < 1e-4) if not use_sketch else (1e-4 < err < 0.2)
+
+
+def test_unmasked_round_trip_equals_the_masked_kernel_on_rows_padded_with_their_own_elements():
+    """_rt_rows drops the mask of sketch.roundtrip_pieces; padding that repeats a valid element of its row leaves
+    the row min/max, hence every valid output, bit for bit the same; the padding stays a copy of that element."""
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=(3, 4, 64)) * np.array([1e-3, 1.0, 50.0])[:, None, None]).astype(np.float32)
+    valid = np.arange(64)[None, :] < np.array([64, 40, 1, 17])[:, None]  # [P, L]: full, partial, one element
+    src = np.where(valid, np.arange(64)[None, :], 0)  # padding repeats the row's first element
+    padded = np.take_along_axis(x, np.broadcast_to(src, x.shape), axis=-1)
+    x[:, 2, :] = 7.0  # a constant row (scale 0)
+    padded[:, 2, :] = 7.0
+    want = np.asarray(sketch.roundtrip_pieces(jnp.asarray(np.where(valid, x, 0.0)), jnp.asarray(valid)))
+    got = np.asarray(jax.jit(lambda v: _rt_rows(v, True))(padded))
+    np.testing.assert_array_equal(got[:, valid], want[:, valid])
+    np.testing.assert_array_equal(got, np.take_along_axis(got, np.broadcast_to(src, got.shape), axis=-1))
+    padded[1, 3, 5] = np.nan
+    bad = np.asarray(_rt_rows(jnp.asarray(padded), True))
+    assert np.isnan(bad[1, 3]).all() and np.isfinite(bad[1, :3]).all() and np.isfinite(bad[0]).all()
+    np.testing.assert_array_equal(np.asarray(_rt_rows(jnp.asarray(x), False)), x)  # disabled: the input
 
 
 def test_sketched_ring_and_ps_numerics_match_the_spmd_collectives():
