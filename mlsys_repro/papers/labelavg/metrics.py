@@ -1,8 +1,16 @@
-"""Reconstruction quality in jnp: PSNR and SSIM (Wang et al., 2004), and "closest private image" matching.
+"""Reconstruction quality in jnp: PSNR and SSIM (Wang et al., 2004), closest-image matching, and the
+membership-sensitive comparison (private vs non-member images) with the no-upload public references.
 
 Images are float ``[H, W, C]`` in ``[0, 1]`` (pixel units, data range 1). SSIM uses the reference settings:
 an 11x11 Gaussian window with sigma 1.5, K1 = 0.01, K2 = 0.03, 'valid' filtering, averaged over the map and
 the channels.
+
+Membership. A reconstruction of class ``c`` is scored against the target's private images of class ``c`` and
+against an equal number of same-class **non-member** images (never in any client); each side keeps its best match.
+Taking the best of ``n`` candidates grows with ``n``, so both sides get the same ``n`` and the *membership
+advantage* ``best(private) - best(non-member)`` is zero in expectation for an image that carries only class
+information (e.g. the public class mean), and positive only if the reconstruction is closer to the private data
+than to other images of its class.
 """
 
 from __future__ import annotations
@@ -61,3 +69,32 @@ def closest_match(recon: jax.Array, candidates: jax.Array, mask: jax.Array) -> t
     p = jnp.where(mask, p, -jnp.inf)
     s = jnp.where(mask, s, -jnp.inf)
     return p.max(-1), s.max(-1), p.argmax(-1)
+
+
+def membership_advantage(private_score: jax.Array, nonmember_score: jax.Array) -> jax.Array:
+    """Best match to the private images minus best match to as many same-class non-member images (per image).
+
+    Positive: the reconstruction is closer to the target's private data than to other images of its class
+    (membership-specific leakage); zero in expectation for an image that carries class information only.
+    """
+    return private_score - nonmember_score
+
+
+def public_references(x_pub: jax.Array, y_pub: jax.Array, classes: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The no-upload references for each slot's class: the public class mean and the public image nearest to it.
+
+    Args:
+      x_pub: ``[N, H, W, C]`` public images (pixel units); y_pub: ``[N]`` their labels.
+      classes: ``[B]`` the class of each slot.
+    Returns:
+      ``(mean [B, H, W, C], nearest [B, H, W, C])``: the mean public image of the class, and the real public image
+      of the class with the smallest squared distance to that mean (the most typical one).
+    """
+    num_classes = int(max(int(y_pub.max()), int(classes.max()))) + 1
+    onehot = jax.nn.one_hot(y_pub, num_classes)  # [N, K]
+    n = onehot.sum(0)
+    means = jnp.einsum("nk,nhwc->khwc", onehot, x_pub) / jnp.maximum(n, 1)[:, None, None, None]
+    d = ((x_pub[None] - means[:, None]) ** 2).sum((-3, -2, -1))  # [K, N]
+    d = jnp.where(onehot.T > 0, d, jnp.inf)
+    nearest = x_pub[d.argmin(-1)]
+    return means[classes], nearest[classes]

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mlsys_repro.papers.labelavg.metrics import closest_match, psnr, ssim
+from mlsys_repro.papers.labelavg.metrics import closest_match, membership_advantage, psnr, public_references, ssim
 
 
 def test_psnr_known_answers():
@@ -63,3 +63,48 @@ def test_closest_match_respects_the_mask():
     p2, _, best2 = closest_match(jnp.asarray(target)[None], jnp.asarray(cands), jnp.ones((1, 4), bool))
     assert int(best2[0]) == 2 and float(p2[0]) == 100.0
 
+
+
+def _const(v, shape=(12, 12, 1)):
+    return np.full(shape, v, np.float32)
+
+
+def test_membership_advantage_has_known_values_and_sign():
+    """Each side keeps its best match; the advantage is their difference (dB), with the sign of the closer side."""
+    recon = jnp.asarray(_const(0.0))[None]
+    private = jnp.asarray(np.stack([_const(0.1), _const(0.5)]))[None]  # best: MSE 0.01 -> 20 dB
+    nonmember = jnp.asarray(np.stack([_const(0.2), _const(0.3)]))[None]  # best: MSE 0.04 -> 13.98 dB
+    mask = jnp.ones((1, 2), bool)
+    p_priv, s_priv, _ = closest_match(recon, private, mask)
+    p_non, s_non, _ = closest_match(recon, nonmember, mask)
+    assert float(p_priv[0]) == pytest.approx(20.0, abs=1e-4)
+    assert float(p_non[0]) == pytest.approx(10 * np.log10(1 / 0.04), abs=1e-4)
+    assert float(membership_advantage(p_priv, p_non)[0]) == pytest.approx(20.0 - 10 * np.log10(25.0), abs=1e-4)
+    # the other way round: closer to a non-member than to any private image -> negative
+    assert float(membership_advantage(p_non, p_priv)[0]) < 0
+    # a reconstruction that equals one private image: SSIM 1 and PSNR capped on the private side
+    x = jax.random.uniform(jax.random.key(3), (12, 12, 1))
+    priv = jnp.stack([x, jnp.clip(x + 0.3, 0, 1)])[None]
+    non = jnp.stack([jnp.clip(x + 0.1, 0, 1), 1 - x])[None]
+    pp, sp, _ = closest_match(x[None], priv, mask)
+    pn, sn, _ = closest_match(x[None], non, mask)
+    assert float(sp[0]) == pytest.approx(1.0, abs=1e-5) and float(pp[0]) == 100.0
+    assert float(membership_advantage(pp, pn)[0]) > 0 and float(membership_advantage(sp, sn)[0]) > 0
+    # equidistant sides (an image that carries only class information): no advantage
+    mid = jnp.asarray(_const(0.5))[None]
+    sym_p = jnp.asarray(np.stack([_const(0.4), _const(0.9)]))[None]
+    sym_n = jnp.asarray(np.stack([_const(0.6), _const(0.0)]))[None]
+    a = membership_advantage(closest_match(mid, sym_p, mask)[0], closest_match(mid, sym_n, mask)[0])
+    assert float(a[0]) == pytest.approx(0.0, abs=1e-3)
+
+
+def test_public_references_are_the_class_mean_and_the_most_typical_public_image():
+    x = jnp.asarray(np.stack([_const(0.2), _const(0.4), _const(0.35), _const(0.9), _const(0.7)]))
+    y = jnp.asarray([0, 0, 0, 1, 1])
+    mean, nearest = public_references(x, y, jnp.asarray([1, 0, 0]))
+    np.testing.assert_allclose(np.asarray(mean[0]), 0.8, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(mean[1]), (0.2 + 0.4 + 0.35) / 3, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(nearest[1]), _const(0.35))  # |0.35 - 0.3167| is the smallest
+    assert float(jnp.abs(nearest[0] - 0.9).max()) < 1e-6 or float(jnp.abs(nearest[0] - 0.7).max()) < 1e-6
+    # known PSNR of the mean to a class member: MSE (0.2 - 0.95 / 3)^2
+    assert float(psnr(mean[1], x[0])) == pytest.approx(-10 * np.log10((0.2 - 0.95 / 3) ** 2), abs=1e-3)
