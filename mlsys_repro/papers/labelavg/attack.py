@@ -11,16 +11,23 @@ assigns each generated image its intended class ``y``, under an image prior::
     L(x) = loss_y(view(x)) + tv_weight * TV(x) + l2_weight * mean(x**2)      (x in normalised units)
 
 ``loss_y`` is the cross-entropy of the view (logits / probabilities) or, for hard labels, the 0-1 loss: the
-only loss a label view defines. Its gradient in ``x`` is estimated without model access and pushed through
-the generator with ``jax.vjp``:
+only loss a label view defines. Its gradient in ``x`` is obtained as below and pushed through the generator with
+``jax.vjp``. Every attacker searches the same subspace: with ``direction_res = r > 0`` the black-box attackers draw
+their directions ``u = U z`` on an ``r x r`` grid upsampled bilinearly (``U``), so their estimates have expectation
+``U U^T grad``; the gradient-based attackers use exactly that projection.
 
 ``zo`` (L-Attack)      two-point random-direction estimator (ZOO, Chen et al. 2017; DFME, Truong et al. 2021)
-                       ``g = 1/q sum_i (L(x + mu u_i) - L(x)) / mu * u_i``, ``u_i ~ N(0, I)``.
+                       ``g = 1/q sum_i (L(x + mu u_i) - L(x)) / mu * u_i``.
 ``sign`` (adaptive)    label-only attacker for hard labels: the gradient of the Gaussian-smoothed success
                        ``E_u[1{label(x + delta u) = y}]`` by Stein's identity with a mean baseline (the
                        HopSkipJump-style estimator), ``g = -1/(q delta) sum_i (phi_i - mean phi) u_i``.
-``whitebox``           exact ``grad_x`` of the cross-entropy through the target model: an upper bound that
-                       needs the parameters (which FedDF / FedAvg servers do receive).
+``whitebox``           ``U U^T grad_x`` of the cross-entropy through the target model: the zo estimator's own
+                       expectation (mu -> 0, q -> inf), so the same search space, prior and steps without the
+                       estimation noise; a reference that needs the parameters (which FedDF / FedAvg servers do
+                       receive).
+``surrogate``          the same exact, projected gradient through a **surrogate** the server trained on the
+                       (public input, upload) pairs it received during training (:mod:`.surrogate`); it spends no
+                       queries. Whatever the attacker, the target-label rate is read from the real target's view.
 ``init``               the generator at initialisation: the no-information reference.
 
 Every attacker gets the same number of generator steps and, for the two query attackers, the same number of
@@ -127,6 +134,25 @@ def directions(key: jax.Array, b: int, q: int, shape: tuple[int, ...], res: int 
     return up.reshape(b, q, -1)
 
 
+def subspace_project(g: jax.Array, res: int = 0) -> jax.Array:
+    """``U U^T g`` per image (``g [B, H, W, C]``), ``U`` the bilinear ``res x res -> H x W`` upsampling of
+    :func:`directions`: the expectation of ``u u^T g`` over its directions ``u = U z``, ``z ~ N(0, I)``.
+
+    The result lies in the range of ``U`` (the smooth subspace the black-box attackers search). Identity when
+    ``res <= 0`` or ``res >= min(H, W)`` (full-resolution directions).
+    """
+    b, h, w, c = g.shape
+    if res <= 0 or res >= min(h, w):
+        return g
+
+    def up(low):
+        return jax.image.resize(low, (b, h, w, c), method="bilinear")
+
+    _, pull = jax.vjp(up, jnp.zeros((b, res, res, c), g.dtype))
+    (low,) = pull(g)
+    return up(low)
+
+
 def _queries(x: jax.Array, key: jax.Array, q: int, step: float, res: int = 0) -> tuple[jax.Array, jax.Array]:
     """``x [B, ...]`` and ``x + step * u_i`` for ``q`` directions each: ``([B * (q+1), ...], u [B, q, d])``."""
     b = x.shape[0]
@@ -188,11 +214,13 @@ class AttackSetup:
         return math.ceil(self.queries_per_step * self.cfg.steps / per_round)
 
 
-def make_attack(setup: AttackSetup, apply_t: Callable) -> Callable:
-    """``attack(key, params_t) -> (x_pix [B, H, W, C], classes [B], target_label_rate)``; pure, vmappable.
+def make_attack(setup: AttackSetup, apply_t: Callable, grad_apply: Callable | None = None) -> Callable:
+    """``attack(key, params_t, params_g=None) -> (x_pix [B, H, W, C], classes [B], target_label_rate)``; pure,
+    vmappable.
 
     ``params_t`` is used *only* inside the view (what the client uploads) except for the ``whitebox``
-    reference. Slot ``b`` reconstructs class ``b // images_per_class``.
+    reference. ``surrogate`` differentiates ``grad_apply(params_g, x)`` (the server's surrogate) instead and
+    queries the target only to score the result. Slot ``b`` reconstructs class ``b // images_per_class``.
     """
     cfg, C, B = setup.cfg, setup.num_classes, setup.batch
     mean = jnp.asarray(setup.mean, jnp.float32)
@@ -220,10 +248,15 @@ def make_attack(setup: AttackSetup, apply_t: Callable) -> Callable:
 
     yq = jnp.repeat(ys, cfg.directions + 1)
 
-    def whitebox_grad(params_t, x):
-        return jax.grad(lambda xx: per_example_cross_entropy(apply_t(params_t, xx), ys).sum())(x)
+    def exact_grad(apply, params, x):
+        """The exact cross-entropy gradient, projected on the black-box attackers' search subspace."""
+        g = jax.grad(lambda xx: per_example_cross_entropy(apply(params, xx), ys).sum())(x)
+        return subspace_project(g, cfg.direction_res)
 
-    def attack(key, params_t):
+    if setup.attacker == "surrogate" and grad_apply is None:
+        raise ValueError("the surrogate attacker needs grad_apply (the surrogate model's apply)")
+
+    def attack(key, params_t, params_g=None):
         k_g, k_z, k_s = jax.random.split(key, 3)
         theta = nnx.split(Generator(cfg.latent_dim, C, setup.in_shape, rngs=nnx.Rngs(k_g)), nnx.Param)[1]
         z = jax.random.normal(k_z, (B, cfg.latent_dim))
@@ -232,7 +265,12 @@ def make_attack(setup: AttackSetup, apply_t: Callable) -> Callable:
         def step(carry, k):
             th, o = carry
             x, pull = jax.vjp(lambda t: gen(t, z), th)
-            g = whitebox_grad(params_t, x) if setup.attacker == "whitebox" else blackbox_grad(params_t, x, k)
+            if setup.attacker == "whitebox":
+                g = exact_grad(apply_t, params_t, x)
+            elif setup.attacker == "surrogate":
+                g = exact_grad(grad_apply, params_g, x)
+            else:
+                g = blackbox_grad(params_t, x, k)
             g = g / B + jax.grad(prior)(x)
             (gt,) = pull(g)
             upd, o = tx.update(gt, o, th)
@@ -247,8 +285,9 @@ def make_attack(setup: AttackSetup, apply_t: Callable) -> Callable:
     return attack
 
 
-def make_attacks(setup: AttackSetup, apply_t: Callable) -> Callable:
-    """``attacks(keys [S, R], params_t [S, ...]) -> (x_pix [S, R, B, H, W, C], classes [B], rate [S, R, B])``, jitted.
+def make_attacks(setup: AttackSetup, apply_t: Callable, grad_apply: Callable | None = None) -> Callable:
+    """``attacks(keys [S, R], params_t [S, ...], params_g [S, ...] = None) -> (x_pix [S, R, B, H, W, C],
+    classes [B], rate [S, R, B])``, jitted (``params_g``: the surrogate's parameters, ``surrogate`` only).
 
     ``R`` independent runs of :func:`make_attack` against each of ``S`` targets (seeds): each run has its own
     generator, latent codes and query directions and the full per-attack budget (``steps`` x
@@ -257,12 +296,12 @@ def make_attacks(setup: AttackSetup, apply_t: Callable) -> Callable:
     attacker. Adding images per class instead would change the attack: one generator then spreads the same
     steps over more images.
     """
-    one = make_attack(setup, apply_t)
-    per_target = jax.vmap(one, in_axes=(0, None))  # over repeats
+    one = make_attack(setup, apply_t, grad_apply)
+    per_target = jax.vmap(one, in_axes=(0, None, None))  # over repeats
 
     @jax.jit
-    def attacks(keys, params_t):
-        x, ys, rate = jax.vmap(per_target)(keys, params_t)
+    def attacks(keys, params_t, params_g=None):
+        x, ys, rate = jax.vmap(per_target)(keys, params_t, params_g)
         return x, ys[0, 0], rate
 
     return attacks

@@ -23,6 +23,9 @@ then has ``local_steps`` private steps (+ ``distill_steps`` public steps for the
 
 Every payload goes through a :class:`mlsys_repro.common.fl.comm.Ledger`; :func:`traffic` traces one round with
 ``jax.eval_shape`` and returns its exact messages, so the byte counts are those of the code that runs.
+
+``record=k`` (FD methods) also returns the server's transcript of client ``k``: each round's public indices and
+the server's decoded view of ``k``'s upload on them (what a surrogate-extraction attacker trains on).
 """
 
 from __future__ import annotations
@@ -57,12 +60,28 @@ def _tx(lr: float) -> optax.GradientTransformation:
     return optax.adam(lr)
 
 
-def make_round(fed: Federation, policy: FDPolicy, sched: FDSchedule, num_classes: int) -> Callable:
-    """``round_fn(ledger, params, opts, key, data, idx, counts) -> (params, opts)`` for one protocol round."""
+def _position(fed: Federation, client: int) -> tuple[int, int]:
+    """(group, position in the group) of ``client``."""
+    for gi, g in enumerate(fed.groups):
+        if client in g.client_ids:
+            return gi, g.client_ids.index(client)
+    raise ValueError(f"client {client} not in the federation (0..{fed.num_clients - 1})")
+
+
+def make_round(fed: Federation, policy: FDPolicy, sched: FDSchedule, num_classes: int, record: int | None = None
+               ) -> Callable:
+    """``round_fn(ledger, params, opts, key, data, idx, counts) -> (params, opts, seen)`` for one protocol round.
+
+    ``seen`` is ``{}``, or with ``record=k`` (FD methods only) ``{"idx": [P], "view": [P] or [P, C]}``: the round's
+    public indices and the server's decoded view of client ``k``'s upload on them.
+    """
     tx = _tx(sched.lr)
     method = policy.method
     K, P, C = fed.num_clients, sched.public_batch, num_classes
     everyone = range(K)
+    if record is not None and method not in M.FD_METHODS:
+        raise ValueError(f"record= needs an FD method {M.FD_METHODS}, got {method!r}")
+    rec = _position(fed, record) if record is not None else None
 
     def local(params, opts, key, data, idx, counts, steps):
         out_p, out_o = [], []
@@ -83,6 +102,7 @@ def make_round(fed: Federation, policy: FDPolicy, sched: FDSchedule, num_classes
             params, opts = local(params, opts, k_loc, data, idx, counts, sched.local_steps)
         uploads = [ledger.up(M.UPLOAD_KIND[method], g.client_ids, M.client_upload(method, predict(g.apply, p, xp), C))
                    for g, p in zip(fed.groups, params, strict=True)]
+        seen = {} if rec is None else {"idx": pub, "view": M.server_decode(method, uploads[rec[0]], P, C)[rec[1]]}
         down = server(uploads)
         down = ledger.down(M.DOWNLOAD_KIND[method], everyone, down, per_client=False)
         targets = M.client_targets(method, down, P, K, C, epsilon=policy.epsilon, rule=policy.smoothing_rule)
@@ -96,7 +116,7 @@ def make_round(fed: Federation, policy: FDPolicy, sched: FDSchedule, num_classes
         params, opts = tuple(new_p), tuple(new_o)
         if policy.order == "distill_first":
             params, opts = local(params, opts, k_loc, data, idx, counts, sched.local_steps)
-        return params, opts
+        return params, opts, seen
 
     def server(uploads: list[jax.Array]) -> jax.Array:
         """The FD server: sees the uploaded payloads and nothing else."""
@@ -123,10 +143,10 @@ def make_round(fed: Federation, policy: FDPolicy, sched: FDSchedule, num_classes
             models = distilled
         new_p = tuple(broadcast(ledger.down("params", g.client_ids, m, per_client=False), g.size)
                       for g, m in zip(fed.groups, models, strict=True))
-        return new_p, tuple(init_opt(tx, p) for p in new_p)
+        return new_p, tuple(init_opt(tx, p) for p in new_p), {}
 
     def reference_round(ledger, params, opts, key, data, idx, counts):
-        return local(params, opts, key, data, idx, counts, sched.local_steps)
+        return (*local(params, opts, key, data, idx, counts, sched.local_steps), {})
 
     if method in M.FD_METHODS:
         return fd_round
@@ -142,14 +162,17 @@ def pooled(idx: jax.Array, counts: jax.Array, num_private: int) -> tuple[jax.Arr
     return full, jnp.full_like(counts, num_private)
 
 
-def make_train(fed: Federation, policy: FDPolicy, sched: FDSchedule, num_classes: int) -> Callable:
+def make_train(fed: Federation, policy: FDPolicy, sched: FDSchedule, num_classes: int, record: int | None = None
+               ) -> Callable:
     """``train(key, idx [K, M], counts [K], data) -> dict`` (pure; ``jit``/``vmap`` over the first three).
 
     Returns ``acc [K]`` (final test accuracy per client), ``curve [rounds]`` (mean client accuracy on the first
-    ``curve_n_test`` test examples after each round) and ``params`` (per-group stacked final parameters).
+    ``curve_n_test`` test examples after each round) and ``params`` (per-group stacked final parameters); with
+    ``record=k`` also ``seen`` = ``{"idx": [rounds, P], "view": [rounds, P(, C)]}``, the server's transcript of
+    client ``k``'s uploads (see :func:`make_round`).
     """
     tx = _tx(sched.lr)
-    round_fn = make_round(fed, policy, sched, num_classes)
+    round_fn = make_round(fed, policy, sched, num_classes, record)
     param_sharing = policy.method in M.PARAM_METHODS
 
     def local(params, opts, key, x, y, idx, counts, steps):
@@ -183,13 +206,16 @@ def make_train(fed: Federation, policy: FDPolicy, sched: FDSchedule, num_classes
 
         def body(carry, k):
             p, o = carry
-            p, o = round_fn(Ledger(), p, o, k, data, idx, counts)
-            return (p, o), mean_acc(p, xc, yc).mean()
+            p, o, seen = round_fn(Ledger(), p, o, k, data, idx, counts)
+            return (p, o), (mean_acc(p, xc, yc).mean(), seen)
 
-        (params, opts), curve = jax.lax.scan(body, (params, opts), jax.random.split(k_rounds, sched.rounds))
+        (params, opts), (curve, seen) = jax.lax.scan(body, (params, opts), jax.random.split(k_rounds, sched.rounds))
         acc = fed.scatter([evaluate(g.apply, p, data["x_test"], data["y_test"]) for g, p in
                            zip(fed.groups, params, strict=True)])
-        return {"acc": acc, "curve": curve, "params": params}
+        out = {"acc": acc, "curve": curve, "params": params}
+        if record is not None:
+            out["seen"] = seen
+        return out
 
     return train
 
@@ -206,6 +232,6 @@ def traffic(fed: Federation, policy: FDPolicy, sched: FDSchedule, num_classes: i
         idx = jnp.zeros((fed.num_clients, num_private), jnp.int32)
         counts = jnp.ones((fed.num_clients,), jnp.int32)
         data = {k: jnp.zeros(v.shape, v.dtype) for k, v in data_shapes.items()}
-        return round_fn(ledger, params, opts, key, data, idx, counts)
+        return round_fn(ledger, params, opts, key, data, idx, counts)[:2]
 
     return Ledger.trace(one, jax.random.key(0))

@@ -11,7 +11,7 @@ from mlsys_repro.papers.labelavg.methods import METHODS, SMOOTHING_RULES
 from mlsys_repro.papers.labelavg.models import REGISTRY
 
 DATASETS = ("mnist", "fashion_mnist", "cifar10_jpeg")
-ATTACKERS = ("init", "zo", "sign", "whitebox")
+ATTACKERS = ("init", "zo", "sign", "whitebox", "surrogate")
 
 
 @dataclass
