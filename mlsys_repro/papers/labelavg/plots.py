@@ -43,17 +43,23 @@ def accuracy_figures(ctx, rows) -> None:
 
 
 def attack_figures(ctx, rows, images: dict) -> None:
+    """Quality panels per (method, attacker): PSNR to the closest private image, membership advantage (private -
+    non-member, dB), attack accuracy; then the reconstructions."""
     df = pd.DataFrame(rows)
-    metrics = [("psnr_db", "PSNR to closest private image (dB)"), ("ssim", "SSIM to closest private image"),
+    attacks = df[df["attacker"] != "none"]
+    if "reference" in attacks:
+        attacks = attacks[attacks["reference"].isna() | (attacks["reference"] == "private")]
+    metrics = [("psnr_db", "PSNR to closest private image (dB)"),
+               ("membership_adv_db", "membership advantage (dB):\nprivate - non-member"),
                ("attack_acc", "attack accuracy (evaluator)")]
     fig, axes = figure(ncols=3, w=4.6, h=3.6)
-    attacks = df[df["attacker"] != "none"]
     for ax, (m, label) in zip(axes[0], metrics, strict=True):
-        # attack accuracy and PSNR (pixels in [0, 1]) cannot be negative; SSIM can
-        bars_with_ci(ax, attacks, m, by="policy", hue="attacker", ylabel=label, nonneg=m != "ssim")
+        # attack accuracy and PSNR (pixels in [0, 1]) cannot be negative; the advantage can
+        bars_with_ci(ax, attacks, m, by="policy", hue="attacker", ylabel=label, nonneg=m != "membership_adv_db")
     ctx.save_figure(fig, "quality")
     if images:
-        reconstruction_grid(ctx, images)
+        reconstruction_grid(ctx, {k: v for k, v in images.items() if k[1] in ("zo", "sign", "whitebox", "surrogate")}
+                            or images)
 
 
 def reconstruction_grid(ctx, images: dict) -> None:

@@ -129,15 +129,24 @@ def _check_datasets(datasets: list[str]) -> None:
 
 @dataclass
 class AccuracyParams:
-    """Test accuracy and traffic of every method per dataset and Dirichlet alpha."""
+    """Test accuracy and traffic of every method per dataset and Dirichlet alpha.
+
+    policy_seeds: ``{policy: n}`` runs that policy on the experiment's first ``n`` seeds only (reference rows
+      paid for with fewer seeds); every other policy runs all of them. Claims that pair such a policy with a
+      fuller one select the common seeds (``where: {seed: [...]}``).
+    """
 
     datasets: list[str] = field(default_factory=lambda: list(DATASETS))
     alphas: list[float] = field(default_factory=lambda: [0.1, 0.5, 1.0])
     fd: FDSchedule = field(default_factory=FDSchedule)
+    policy_seeds: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_datasets(self.datasets)
         _check_alphas(self.alphas)
+        bad = {k: v for k, v in self.policy_seeds.items() if int(v) < 1}
+        if bad:
+            raise ValueError(f"policy_seeds must be >= 1, got {bad}")
 
 
 @dataclass
@@ -155,6 +164,13 @@ class AttackConfig:
     mu: float = 1e-3  # finite-difference step (normalised pixel units)
     direction_res: int = 7  # search directions drawn on a res x res grid and upsampled (0: full resolution)
     sign_delta: float = 0.5  # smoothing radius of the label-only (sign) estimator
+    surrogate_steps: int = 500  # surrogate extraction: Adam steps on the server's transcript of the target
+    surrogate_batch: int = 64
+    surrogate_lr: float = 1e-3
+    # the attacks an FD server can run against an upload (whitebox needs the parameters, init is a reference);
+    # the "best" rows take, per seed, the one whose reconstructions the evaluator recognises most often
+    server_attackers: list[str] = field(default_factory=lambda: ["zo", "sign", "surrogate"])
+    public_references: bool = True  # score the no-upload references (public class mean, most typical image)
     lr: float = 1e-3  # generator Adam
     tv_weight: float = 0.05
     l2_weight: float = 1e-3
@@ -170,10 +186,14 @@ class AttackConfig:
             raise ValueError(f"query_fraction must be in (0, 1], got {self.query_fraction}")
         if self.direction_res < 0:
             raise ValueError(f"direction_res must be >= 0, got {self.direction_res}")
-        for name in ("images_per_class", "repeats", "steps", "directions", "latent_dim", "evaluator_steps"):
+        bad = [a for a in self.server_attackers if a not in ("zo", "sign", "surrogate")]
+        if bad:
+            raise ValueError(f"server_attackers must be among zo, sign, surrogate (no parameters needed), got {bad}")
+        for name in ("images_per_class", "repeats", "steps", "directions", "latent_dim", "evaluator_steps",
+                     "surrogate_steps", "surrogate_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("mu", "sign_delta", "lr"):
+        for name in ("mu", "sign_delta", "lr", "surrogate_lr"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.evaluator_arch not in REGISTRY:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import jax
-import jax.numpy as jnp
 import optax
 
 from mlsys_repro.common.fl.clients import distill, init_opt, init_params, make_federation
