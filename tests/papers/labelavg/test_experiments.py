@@ -78,8 +78,8 @@ def test_attack_rows_compare_private_nonmember_and_public_references(tmp_path):
     assert (chosen.groupby("seed")["value"].sum() == 1).all()
     for seed, g in chosen.groupby("seed"):
         pick = g.loc[g["value"] == 1, "attacker"].iloc[0]
-        row = lambda a: df[(df["metric"] == "attack_acc") & (df["attacker"] == a) & (df["seed"] == seed)]["value"]
-        assert float(row("best").iloc[0]) == float(row(pick).iloc[0])
+        acc = df[(df["metric"] == "attack_acc") & (df["seed"] == seed)].set_index("attacker")["value"]
+        assert float(acc["best"]) == float(acc[pick])
     sur = df[df["attacker"] == "surrogate"]
     assert float(sur[sur["metric"] == "transcript_pairs"]["value"].iloc[0]) == TINY.rounds * TINY.public_batch
     assert float(sur[sur["metric"] == "queries"]["value"].iloc[0]) == 0
