@@ -45,6 +45,9 @@ GATES: dict[str, Gate] = {
     "beats_untrained": Gate("learned", LEARNED + "; the prior is the same network at its initial parameters"),
     "beats_prior": Gate("learned", LEARNED + "; the prior is the warm start: the network at its initial parameters, "
                                              "which carry a heuristic's policy"),
+    "beats_pixels_and_untrained": Gate("learned", LEARNED + "; the prior is the better of the same network at its "
+                                                           "initial parameters and a linear probe on the raw input "
+                                                           "pixels (both read with the same probe)"),
     "baseline_reached": Gate("reached", REACHED),
     "arms_differ": Gate("acts", ACTS),
 }
