@@ -41,7 +41,7 @@ from mlsys_repro.papers.evogwp.forecasters import (
 )
 from mlsys_repro.papers.evogwp.metrics import METRICS, UNITS, forecast_metrics, scored_cells
 from mlsys_repro.papers.evogwp.schemas import NEURAL, ForecastParams, TrainParams
-from mlsys_repro.papers.evogwp.train import make_predict, make_train, plateaued
+from mlsys_repro.papers.evogwp.train import first_decay, make_predict, make_train, plateaued, slope_before_decay
 
 DETERMINISTIC = ("last_value", "seasonal_naive", "arima", "ets")
 
@@ -193,7 +193,7 @@ def _compiled(kind: str, hp, n: int, pl: int, q: int, tcfg: TrainParams, ctx: Co
         chunks = num_chunks(train.rounds)
         per = train.rounds // chunks
         trainer = ChunkedTrainer(
-            start=jax.jit(jax.vmap(train.start, in_axes=(0, None, None, None, None))),
+            start=jax.jit(jax.vmap(train.start, in_axes=(0, None, None, None, None, 0))),
             advance=jax.jit(functools.partial(train.advance_seeds, rounds=per)),
             chunks=chunks,
             chunk_steps=per,
@@ -214,9 +214,9 @@ class Trainer:
     chunked: ChunkedTrainer
     finish: Any
 
-    def __call__(self, keys, aj, tr, n_train, val_o, checkpointer=None):
+    def __call__(self, keys, aj, tr, n_train, val_o, lrs, checkpointer=None):
         args = (aj, tr, n_train, val_o)
-        done = self.chunked.run((keys, *args), args, checkpointer=checkpointer)
+        done = self.chunked.run((keys, *args, lrs), args, checkpointer=checkpointer)
         return self.finish(done.state, done.steps)
 
 
@@ -235,9 +235,10 @@ class PolicyResult:
 
 def run_policy(
     pol, ds: Prepared, p: ForecastParams, seeds: np.ndarray, pads: dict[str, int], checkpointer=None,
-    cache: RunCache | None = None,
+    cache: RunCache | None = None, lrs: np.ndarray | None = None,
 ) -> PolicyResult:
-    """Forecasts of ``pol`` on the test windows of ``ds``; a neural policy is trained first (seeds vmapped),
+    """Forecasts of ``pol`` on the test windows of ``ds``; a neural policy is trained first (runs vmapped: one
+    per entry of ``seeds``, at the peak learning rate ``lrs[i]``, by default the model's ``train.lr_for``),
     checkpointed through ``checkpointer`` (an orbax :class:`mlsys_repro.common.repro.checkpoint.Checkpointer` or None),
     with its compiled functions shared through ``cache`` (the run cache)."""
     kind, hp = pol.kind, pol.hp
@@ -267,9 +268,12 @@ def run_policy(
     build, train, pred = _compiled(kind, hp, s.num_entities, pl, q, p.train, ctx, k, cache)
     aj = {a: jnp.asarray(v) for a, v in arrays.items()}
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds))
+    if lrs is None:
+        lrs = np.full(len(seeds), p.train.lr_for(kind))
     tr = jnp.asarray(_pad_idx(ds.train_o, pads["train"]))
     params, curves = train(
-        keys, aj, tr, jnp.asarray(ds.train_o.size, jnp.int32), jnp.asarray(ds.val_o), checkpointer
+        keys, aj, tr, jnp.asarray(ds.train_o.size, jnp.int32), jnp.asarray(ds.val_o),
+        jnp.asarray(lrs, jnp.float32), checkpointer,
     )
     w = ds.test_o.size
     preds = np.asarray(pred(params, aj, jnp.asarray(_pad_idx(ds.test_o, pads["test"]))))[:, :w]
@@ -301,7 +305,11 @@ def training_gates(curves: dict[str, np.ndarray], val_last_value: float, tcfg: T
 
     * ``converged``: the validation curve stopped improving within the budget: early stopping triggered, or
       the best of the last ``patience`` rounds is within the relative ``min_delta`` of the best before them;
-    * ``beats_trivial``: the kept (best-validation) parameters beat last value on the same validation windows.
+    * ``beats_trivial``: the kept (best-validation) parameters beat last value on the same validation windows;
+    * ``beats_untrained``: the kept parameters beat the same network at its initial parameters on the same
+      validation windows by at least ``init_margin`` (relative). A plateau reached because the learning-rate
+      schedule decayed, with nothing learned, passes ``converged`` but not this gate. (For the recurrent and
+      graph models the initial parameters forecast the last value, so it is also a margin over last value.)
     """
     best = np.atleast_1d(curves["best_val"])
     stopped = np.atleast_1d(curves["stopped"]).astype(bool)
@@ -311,9 +319,11 @@ def training_gates(curves: dict[str, np.ndarray], val_last_value: float, tcfg: T
         bool(st) or plateaued(v, r, tcfg.patience, tcfg.min_delta)
         for st, v, r in zip(stopped, val, run, strict=True)
     ]
+    init = np.atleast_1d(curves["val_init"]) if "val_init" in curves else np.full(best.shape, np.inf)
     return {
         "converged": np.asarray(conv, np.float64),
         "beats_trivial": (best < val_last_value).astype(np.float64),
+        "beats_untrained": (best < init * (1.0 - tcfg.init_margin)).astype(np.float64),
     }
 
 
@@ -515,7 +525,7 @@ def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return rows, {"prepared": prepared, "preds": keep}
 
 
-GATES = ("converged", "beats_trivial")
+GATES = ("converged", "beats_trivial", "beats_untrained")
 COPIED = (*METRICS, *GATES, "mae_masked_by_group")  # what best_sota copies from the picked policy
 
 
@@ -530,22 +540,29 @@ def note_unit(name: str) -> str:
 def training_rows(
     policy: str, res: PolicyResult, ds: Prepared, setting: str, tcfg: TrainParams
 ) -> list[dict[str, Any]]:
-    """Per seed: the gates, the kept validation MAE, last value's on the same windows, the steps trained, and
-    the learning curves (``curve_*`` rows with a ``step`` column, one per evaluation round actually run)."""
+    """Per seed: the gates, the kept validation MAE, last value's and the initial parameters' on the same
+    windows, the peak learning rate, the steps trained, the step whose parameters were kept (``best_step``), the
+    slope of the validation curve before the first learning-rate decay (``val_slope_before_decay``, % per 100
+    steps; negative = still falling when the rate was cut), and the learning curves (``curve_*`` rows with a
+    ``step`` column, one per evaluation round actually run)."""
     tr = res.training
     if tr is None:
         return []
     base = {"policy": policy, "dataset": ds.series.name, "setting": setting, "horizon": "avg"}
     rows = []
+    decay = first_decay(tcfg) or tcfg.steps  # the slope before the first decay, or before the end without one
     for i, seed in enumerate(res.seeds):
         run = int(tr["rounds_run"][i])
-        per_seed = {
-            "converged": (tr["gates"]["converged"][i], "bool"),
-            "beats_trivial": (tr["gates"]["beats_trivial"][i], "bool"),
-            "val_mae_masked": (tr["best_val"][i], "%"),
-            "val_mae_masked_last_value": (tr["val_last_value"], "%"),
-            "train_steps": (run * tcfg.eval_every, "count"),
-        }
+        per_seed = {**{g: (tr["gates"][g][i], "bool") for g in GATES},
+                    "val_mae_masked": (tr["best_val"][i], "%"),
+                    "val_mae_masked_last_value": (tr["val_last_value"], "%"),
+                    "val_mae_masked_init": (tr["val_init"][i], "%"),
+                    "lr": (tr["lr"][i], "1"),
+                    "train_steps": (run * tcfg.eval_every, "count"),
+                    "best_step": (int(tr["best_round"][i]) * tcfg.eval_every, "count")}
+        slope = slope_before_decay(tr["val_mae_masked"][i], run, tcfg.eval_every, decay)
+        if np.isfinite(slope):
+            per_seed["val_slope_before_decay"] = (slope, "%/100 steps")
         rows += [{**base, "seed": seed, "metric": k, "value": float(v), "unit": u} for k, (v, u) in per_seed.items()]
         for r in range(run):
             step = (r + 1) * tcfg.eval_every

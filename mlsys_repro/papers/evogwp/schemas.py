@@ -173,11 +173,18 @@ register_schema("policy", "forecaster", ForecasterPolicy)
 
 @dataclass
 class TrainParams:
-    """Training loop of every neural model (one ``lax.scan`` under one ``jit``, seeds vmapped)."""
+    """Training loop of every neural model (one ``lax.scan`` under one ``jit``, seeds vmapped).
+
+    The peak learning rate of a model is ``lr_by_model[kind]`` (the choice of the ``tuning`` experiment, written
+    into every experiment that trains that model), else ``lr``. The schedule: a linear warm-up over
+    ``warmup_steps`` updates, then ``x lr_gamma`` at each of ``lr_milestones`` (fractions of ``steps``). Early
+    stopping counts ``patience`` only from the first decay on."""
 
     steps: int = 300
     batch_size: int = 8
     lr: float = 3e-3
+    lr_by_model: dict[str, float] = field(default_factory=dict)  # model kind -> peak lr (tuning's picks)
+    warmup_steps: int = 0  # linear warm-up to the peak lr over this many updates (0 = none)
     lr_milestones: list[float] = field(default_factory=lambda: [0.6, 0.85])  # fractions of steps
     lr_gamma: float = 0.1
     clip_norm: float = 1.0
@@ -186,6 +193,7 @@ class TrainParams:
     cl_decay_steps: float = 75.0  # scheduled sampling k
     patience: int = 4  # early stopping: rounds in a row without a relative improvement > min_delta
     min_delta: float = 0.005  # relative; also the plateau tolerance of the ``converged`` gate
+    init_margin: float = 0.01  # ``beats_untrained``: the kept parameters beat the initial ones by this fraction
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.eval_every < 1 or self.val_windows < 1:
@@ -198,6 +206,18 @@ class TrainParams:
             raise ValueError("train: lr, clip_norm and cl_decay_steps must be > 0")
         if self.patience < 1 or not 0 <= self.min_delta < 1:
             raise ValueError("train: patience must be >= 1 and min_delta in [0, 1)")
+        if not 0 <= self.warmup_steps <= self.steps:
+            raise ValueError(f"train.warmup_steps must be in [0, steps], got {self.warmup_steps}")
+        if not 0 <= self.init_margin < 1:
+            raise ValueError(f"train.init_margin must be in [0, 1), got {self.init_margin}")
+        bad = {k: v for k, v in dict(self.lr_by_model).items() if k not in NEURAL or not float(v) > 0}
+        if bad:
+            raise ValueError(f"train.lr_by_model: unknown model kinds or non-positive rates {bad} "
+                             f"(kinds: {list(NEURAL)})")
+
+    def lr_for(self, kind: str) -> float:
+        """The peak learning rate of model ``kind``."""
+        return float(self.lr_by_model.get(kind, self.lr))
 
 
 @dataclass
