@@ -30,6 +30,7 @@ from mlsys_repro.common.traces.workload import load_workload_matrix
 from mlsys_repro.papers.evogwp import baselines, checkpoint
 from mlsys_repro.papers.evogwp.arrays import Context, build_arrays
 from mlsys_repro.papers.evogwp.data import Scaler, Series, Split, chrono_split, origins, prepare, tail_split
+from mlsys_repro.papers.evogwp.evolution import edge_persistence, union_adjacency
 from mlsys_repro.papers.evogwp.forecasters import (
     EvoInputs,
     builder,
@@ -40,7 +41,7 @@ from mlsys_repro.papers.evogwp.forecasters import (
     static_graph,
 )
 from mlsys_repro.papers.evogwp.metrics import METRICS, UNITS, forecast_metrics, scored_cells
-from mlsys_repro.papers.evogwp.schemas import NEURAL, ForecastParams, TrainParams
+from mlsys_repro.papers.evogwp.schemas import NEURAL, ForecastParams, TrainParams, with_overrides
 from mlsys_repro.papers.evogwp.train import first_decay, make_predict, make_train, plateaued, slope_before_decay
 
 DETERMINISTIC = ("last_value", "seasonal_naive", "arima", "ets")
@@ -231,16 +232,19 @@ class PolicyResult:
     evo: EvoInputs | None = None
     extra: dict[str, np.ndarray] = field(default_factory=dict)
     training: dict[str, Any] | None = None  # curves and gates per seed (neural policies)
+    window_persistence: np.ndarray | None = None  # [W - 1] edge persistence between consecutive test windows
+    num_params: int = 0  # trainable parameters of one run (capacity)
 
 
 def run_policy(
     pol, ds: Prepared, p: ForecastParams, seeds: np.ndarray, pads: dict[str, int], checkpointer=None,
-    cache: RunCache | None = None, lrs: np.ndarray | None = None,
+    cache: RunCache | None = None, lrs: np.ndarray | None = None, test: bool = True,
 ) -> PolicyResult:
     """Forecasts of ``pol`` on the test windows of ``ds``; a neural policy is trained first (runs vmapped: one
     per entry of ``seeds``, at the peak learning rate ``lrs[i]``, by default the model's ``train.lr_for``),
     checkpointed through ``checkpointer`` (an orbax :class:`mlsys_repro.common.repro.checkpoint.Checkpointer` or None),
-    with its compiled functions shared through ``cache`` (the run cache)."""
+    with its compiled functions shared through ``cache`` (the run cache). ``test=False`` (tuning) trains and
+    validates only: the test windows are not forecast (``preds`` is empty)."""
     kind, hp = pol.kind, pol.hp
     s, q, pl = ds.series, p.horizon, p.input_len
     t0 = time.monotonic()
@@ -276,17 +280,42 @@ def run_policy(
         jnp.asarray(lrs, jnp.float32), checkpointer,
     )
     w = ds.test_o.size
-    preds = np.asarray(pred(params, aj, jnp.asarray(_pad_idx(ds.test_o, pads["test"]))))[:, :w]
+    if test:
+        preds = np.asarray(pred(params, aj, jnp.asarray(_pad_idx(ds.test_o, pads["test"]))))[:, :w]
+    else:
+        preds = np.zeros((len(seeds), 0, q, s.num_entities), np.float32)
     curves = jax.tree.map(np.asarray, curves)
     lv = val_last_value_mae(ds, p)
     curves["gates"] = training_gates(curves, lv, p.train)
     curves["val_last_value"] = lv
     notes: dict[str, float] = {}
+    persistence = None
     if evo is not None:
-        notes.update(evo.diagnostics(extra["adj"], extra["sdist"]))
+        used = used_adjacency(hp, extra)
+        notes.update(evo.diagnostics(used, extra["sdist"]))
+        if hp.graph in ("evolution", "union"):
+            persistence = window_persistence(used, ds.test_o, evo.context.seg_len)
+    n_par = int(sum(np.prod(a.shape[1:]) for a in jax.tree.leaves(params)))
     return PolicyResult(
-        preds, [int(x) for x in seeds], time.monotonic() - t0, notes, params, build, evo, extra, training=curves
+        preds, [int(x) for x in seeds], time.monotonic() - t0, notes, params, build, evo, extra, training=curves,
+        window_persistence=persistence, num_params=n_par,
     )
+
+
+def used_adjacency(hp, extra: dict[str, np.ndarray]) -> np.ndarray:
+    """``[G, N, N]``: the graph EvoGWP's variant diffuses over at each grid segment (the evolution graph, or its
+    union with the static graph for ``graph = union``)."""
+    if hp.graph == "union":
+        return np.asarray(union_adjacency(extra["static_adj"], extra["adj"]))
+    return extra["adj"]
+
+
+def window_persistence(adj: np.ndarray, test_origins: np.ndarray, seg_len: int) -> np.ndarray:
+    """``[W - 1]``: for each test window after the first, the fraction of the edges of the graph it diffuses
+    over (the transition into its last context segment, ``origin // seg_len - 1``) that were edges of the
+    previous test window's graph."""
+    g = np.asarray(test_origins) // seg_len - 1
+    return edge_persistence(adj[g])
 
 
 def val_last_value_mae(ds: Prepared, p: ForecastParams) -> float:
@@ -443,10 +472,10 @@ def setting_name(name: str, p: ForecastParams) -> str:
     return f"{name}:{p.input_len * p.aggregate}->{p.horizon * p.aggregate}"
 
 
-def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Rows of every (policy, dataset, seed, metric, horizon) plus what the figures need."""
+def prepare_all(ctx) -> tuple[dict[str, Any], list[Prepared], dict[str, int]]:
+    """The experiment's policies (``model_overrides`` applied), its prepared datasets and the shared padding."""
     p: ForecastParams = ctx.params
-    policies = ctx.policies
+    policies = {name: with_overrides(pol, p.model_overrides) for name, pol in ctx.policies.items()}
     series = [load_series(n, ctx.trace, ctx.data_dir, p) for n in p.datasets]
     ctx_need = [pol.hp for pol in policies.values() if pol.kind == "evogwp"]
     min_o = p.input_len
@@ -459,6 +488,13 @@ def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         "train": max(d.train_o.size for d in prepared),
         "test": max(d.test_o.size for d in prepared),
     }
+    return policies, prepared, pads
+
+
+def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows of every (policy, dataset, seed, metric, horizon) plus what the figures need."""
+    p: ForecastParams = ctx.params
+    policies, prepared, pads = prepare_all(ctx)
     seeds = ctx.seeds()
     rows: list[dict[str, Any]] = []
     keep: dict[tuple[str, str], np.ndarray] = {}
@@ -497,6 +533,7 @@ def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             rows += metric_rows_for(name, res, ds, setting)
             rows += group_rows_for(name, res, ds, setting)
             rows += training_rows(name, res, ds, setting, p.train)
+            rows += graph_rows(name, res, ds, setting)
             for k, v in res.notes.items():
                 rows.append(
                     {
@@ -557,7 +594,7 @@ def training_rows(
                     "val_mae_masked": (tr["best_val"][i], "%"),
                     "val_mae_masked_last_value": (tr["val_last_value"], "%"),
                     "val_mae_masked_init": (tr["val_init"][i], "%"),
-                    "lr": (tr["lr"][i], "1"),
+                    "peak_lr": (tr["lr"][i], "1"),
                     "train_steps": (run * tcfg.eval_every, "count"),
                     "best_step": (int(tr["best_round"][i]) * tcfg.eval_every, "count")}
         slope = slope_before_decay(tr["val_mae_masked"][i], run, tcfg.eval_every, decay)
@@ -570,6 +607,20 @@ def training_rows(
                          "unit": "%", "step": step})
             rows.append({**base, "seed": seed, "metric": "curve_val_mae_masked",
                          "value": float(tr["val_mae_masked"][i, r]), "unit": "%", "step": step})
+    return rows
+
+
+def graph_rows(policy: str, res: PolicyResult, ds: Prepared, setting: str) -> list[dict[str, Any]]:
+    """``model_params`` (trainable parameters of one run: the capacity each model is compared at) and, for
+    EvoGWP variants that read the evolution graph, ``graph_edge_persistence_window`` per test window (a
+    ``window`` column, 1-based; the graph does not depend on the seed)."""
+    base = {"policy": policy, "seed": res.seeds[0], "dataset": ds.series.name, "setting": setting, "horizon": "avg"}
+    rows = []
+    if res.num_params:
+        rows.append({**base, "metric": "model_params", "value": float(res.num_params), "unit": "count"})
+    if res.window_persistence is not None:
+        rows += [{**base, "metric": "graph_edge_persistence_window", "value": float(v), "unit": "ratio",
+                  "window": w} for w, v in enumerate(res.window_persistence, 1) if np.isfinite(v)]
     return rows
 
 
