@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # run_chunked/orbax path: greenplace (tests/papers/greenplace/test_agents.py), MAIFS
 # (tests/papers/maifs/test_env_model.py), FedFoA (tests/papers/fedfoa/test_federation.py).
 CASES = [
-    # EvoGWP alone on the smoke slice (Google, 8 jobs), 9 steps = 3 rounds of 3 = 3 checkpointed chunks
+    # EvoGWP alone on the smoke slice (Bitbrains hourly, 8 VMs), 9 steps = 3 rounds of 3 = 3 checkpointed chunks
     ("evogwp", "ablation", ["policy=evogwp/evogwp", "policy.hparams.shapelet_steps=20",
                             "policy.hparams.shapelet_samples=64", "experiment.profiles.smoke.params.train.steps=9"], 2),
 ]

@@ -30,6 +30,7 @@ from mlsys_repro.common.traces.workload import load_workload_matrix
 from mlsys_repro.papers.evogwp import baselines, checkpoint
 from mlsys_repro.papers.evogwp.arrays import Context, build_arrays
 from mlsys_repro.papers.evogwp.data import Scaler, Series, Split, chrono_split, origins, prepare, tail_split
+from mlsys_repro.papers.evogwp.evolution import edge_persistence, union_adjacency
 from mlsys_repro.papers.evogwp.forecasters import (
     EvoInputs,
     builder,
@@ -40,8 +41,8 @@ from mlsys_repro.papers.evogwp.forecasters import (
     static_graph,
 )
 from mlsys_repro.papers.evogwp.metrics import METRICS, UNITS, forecast_metrics, scored_cells
-from mlsys_repro.papers.evogwp.schemas import NEURAL, ForecastParams, TrainParams
-from mlsys_repro.papers.evogwp.train import make_predict, make_train, plateaued
+from mlsys_repro.papers.evogwp.schemas import NEURAL, ForecastParams, TrainParams, with_overrides
+from mlsys_repro.papers.evogwp.train import first_decay, make_predict, make_train, plateaued, slope_before_decay
 
 DETERMINISTIC = ("last_value", "seasonal_naive", "arima", "ets")
 
@@ -193,7 +194,7 @@ def _compiled(kind: str, hp, n: int, pl: int, q: int, tcfg: TrainParams, ctx: Co
         chunks = num_chunks(train.rounds)
         per = train.rounds // chunks
         trainer = ChunkedTrainer(
-            start=jax.jit(jax.vmap(train.start, in_axes=(0, None, None, None, None))),
+            start=jax.jit(jax.vmap(train.start, in_axes=(0, None, None, None, None, 0))),
             advance=jax.jit(functools.partial(train.advance_seeds, rounds=per)),
             chunks=chunks,
             chunk_steps=per,
@@ -214,9 +215,9 @@ class Trainer:
     chunked: ChunkedTrainer
     finish: Any
 
-    def __call__(self, keys, aj, tr, n_train, val_o, checkpointer=None):
+    def __call__(self, keys, aj, tr, n_train, val_o, lrs, checkpointer=None):
         args = (aj, tr, n_train, val_o)
-        done = self.chunked.run((keys, *args), args, checkpointer=checkpointer)
+        done = self.chunked.run((keys, *args, lrs), args, checkpointer=checkpointer)
         return self.finish(done.state, done.steps)
 
 
@@ -231,15 +232,19 @@ class PolicyResult:
     evo: EvoInputs | None = None
     extra: dict[str, np.ndarray] = field(default_factory=dict)
     training: dict[str, Any] | None = None  # curves and gates per seed (neural policies)
+    window_persistence: np.ndarray | None = None  # [W - 1] edge persistence between consecutive test windows
+    num_params: int = 0  # trainable parameters of one run (capacity)
 
 
 def run_policy(
     pol, ds: Prepared, p: ForecastParams, seeds: np.ndarray, pads: dict[str, int], checkpointer=None,
-    cache: RunCache | None = None,
+    cache: RunCache | None = None, lrs: np.ndarray | None = None, test: bool = True,
 ) -> PolicyResult:
-    """Forecasts of ``pol`` on the test windows of ``ds``; a neural policy is trained first (seeds vmapped),
+    """Forecasts of ``pol`` on the test windows of ``ds``; a neural policy is trained first (runs vmapped: one
+    per entry of ``seeds``, at the peak learning rate ``lrs[i]``, by default the model's ``train.lr_for``),
     checkpointed through ``checkpointer`` (an orbax :class:`mlsys_repro.common.repro.checkpoint.Checkpointer` or None),
-    with its compiled functions shared through ``cache`` (the run cache)."""
+    with its compiled functions shared through ``cache`` (the run cache). ``test=False`` (tuning) trains and
+    validates only: the test windows are not forecast (``preds`` is empty)."""
     kind, hp = pol.kind, pol.hp
     s, q, pl = ds.series, p.horizon, p.input_len
     t0 = time.monotonic()
@@ -267,22 +272,50 @@ def run_policy(
     build, train, pred = _compiled(kind, hp, s.num_entities, pl, q, p.train, ctx, k, cache)
     aj = {a: jnp.asarray(v) for a, v in arrays.items()}
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds))
+    if lrs is None:
+        lrs = np.full(len(seeds), p.train.lr_for(kind))
     tr = jnp.asarray(_pad_idx(ds.train_o, pads["train"]))
     params, curves = train(
-        keys, aj, tr, jnp.asarray(ds.train_o.size, jnp.int32), jnp.asarray(ds.val_o), checkpointer
+        keys, aj, tr, jnp.asarray(ds.train_o.size, jnp.int32), jnp.asarray(ds.val_o),
+        jnp.asarray(lrs, jnp.float32), checkpointer,
     )
     w = ds.test_o.size
-    preds = np.asarray(pred(params, aj, jnp.asarray(_pad_idx(ds.test_o, pads["test"]))))[:, :w]
+    if test:
+        preds = np.asarray(pred(params, aj, jnp.asarray(_pad_idx(ds.test_o, pads["test"]))))[:, :w]
+    else:
+        preds = np.zeros((len(seeds), 0, q, s.num_entities), np.float32)
     curves = jax.tree.map(np.asarray, curves)
     lv = val_last_value_mae(ds, p)
     curves["gates"] = training_gates(curves, lv, p.train)
     curves["val_last_value"] = lv
     notes: dict[str, float] = {}
+    persistence = None
     if evo is not None:
-        notes.update(evo.diagnostics(extra["adj"], extra["sdist"]))
+        used = used_adjacency(hp, extra)
+        notes.update(evo.diagnostics(used, extra["sdist"]))
+        if hp.graph in ("evolution", "union"):
+            persistence = window_persistence(used, ds.test_o, evo.context.seg_len)
+    n_par = int(sum(np.prod(a.shape[1:]) for a in jax.tree.leaves(params)))
     return PolicyResult(
-        preds, [int(x) for x in seeds], time.monotonic() - t0, notes, params, build, evo, extra, training=curves
+        preds, [int(x) for x in seeds], time.monotonic() - t0, notes, params, build, evo, extra, training=curves,
+        window_persistence=persistence, num_params=n_par,
     )
+
+
+def used_adjacency(hp, extra: dict[str, np.ndarray]) -> np.ndarray:
+    """``[G, N, N]``: the graph EvoGWP's variant diffuses over at each grid segment (the evolution graph, or its
+    union with the static graph for ``graph = union``)."""
+    if hp.graph == "union":
+        return np.asarray(union_adjacency(extra["static_adj"], extra["adj"]))
+    return extra["adj"]
+
+
+def window_persistence(adj: np.ndarray, test_origins: np.ndarray, seg_len: int) -> np.ndarray:
+    """``[W - 1]``: for each test window after the first, the fraction of the edges of the graph it diffuses
+    over (the transition into its last context segment, ``origin // seg_len - 1``) that were edges of the
+    previous test window's graph."""
+    g = np.asarray(test_origins) // seg_len - 1
+    return edge_persistence(adj[g])
 
 
 def val_last_value_mae(ds: Prepared, p: ForecastParams) -> float:
@@ -301,7 +334,11 @@ def training_gates(curves: dict[str, np.ndarray], val_last_value: float, tcfg: T
 
     * ``converged``: the validation curve stopped improving within the budget: early stopping triggered, or
       the best of the last ``patience`` rounds is within the relative ``min_delta`` of the best before them;
-    * ``beats_trivial``: the kept (best-validation) parameters beat last value on the same validation windows.
+    * ``beats_trivial``: the kept (best-validation) parameters beat last value on the same validation windows;
+    * ``beats_untrained``: the kept parameters beat the same network at its initial parameters on the same
+      validation windows by at least ``init_margin`` (relative). A plateau reached because the learning-rate
+      schedule decayed, with nothing learned, passes ``converged`` but not this gate. (For the recurrent and
+      graph models the initial parameters forecast the last value, so it is also a margin over last value.)
     """
     best = np.atleast_1d(curves["best_val"])
     stopped = np.atleast_1d(curves["stopped"]).astype(bool)
@@ -311,9 +348,11 @@ def training_gates(curves: dict[str, np.ndarray], val_last_value: float, tcfg: T
         bool(st) or plateaued(v, r, tcfg.patience, tcfg.min_delta)
         for st, v, r in zip(stopped, val, run, strict=True)
     ]
+    init = np.atleast_1d(curves["val_init"]) if "val_init" in curves else np.full(best.shape, np.inf)
     return {
         "converged": np.asarray(conv, np.float64),
         "beats_trivial": (best < val_last_value).astype(np.float64),
+        "beats_untrained": (best < init * (1.0 - tcfg.init_margin)).astype(np.float64),
     }
 
 
@@ -433,10 +472,10 @@ def setting_name(name: str, p: ForecastParams) -> str:
     return f"{name}:{p.input_len * p.aggregate}->{p.horizon * p.aggregate}"
 
 
-def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Rows of every (policy, dataset, seed, metric, horizon) plus what the figures need."""
+def prepare_all(ctx) -> tuple[dict[str, Any], list[Prepared], dict[str, int]]:
+    """The experiment's policies (``model_overrides`` applied), its prepared datasets and the shared padding."""
     p: ForecastParams = ctx.params
-    policies = ctx.policies
+    policies = {name: with_overrides(pol, p.model_overrides) for name, pol in ctx.policies.items()}
     series = [load_series(n, ctx.trace, ctx.data_dir, p) for n in p.datasets]
     ctx_need = [pol.hp for pol in policies.values() if pol.kind == "evogwp"]
     min_o = p.input_len
@@ -449,6 +488,13 @@ def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         "train": max(d.train_o.size for d in prepared),
         "test": max(d.test_o.size for d in prepared),
     }
+    return policies, prepared, pads
+
+
+def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows of every (policy, dataset, seed, metric, horizon) plus what the figures need."""
+    p: ForecastParams = ctx.params
+    policies, prepared, pads = prepare_all(ctx)
     seeds = ctx.seeds()
     rows: list[dict[str, Any]] = []
     keep: dict[tuple[str, str], np.ndarray] = {}
@@ -487,6 +533,7 @@ def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             rows += metric_rows_for(name, res, ds, setting)
             rows += group_rows_for(name, res, ds, setting)
             rows += training_rows(name, res, ds, setting, p.train)
+            rows += graph_rows(name, res, ds, setting)
             for k, v in res.notes.items():
                 rows.append(
                     {
@@ -515,7 +562,7 @@ def run_table(ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return rows, {"prepared": prepared, "preds": keep}
 
 
-GATES = ("converged", "beats_trivial")
+GATES = ("converged", "beats_trivial", "beats_untrained")
 COPIED = (*METRICS, *GATES, "mae_masked_by_group")  # what best_sota copies from the picked policy
 
 
@@ -530,22 +577,29 @@ def note_unit(name: str) -> str:
 def training_rows(
     policy: str, res: PolicyResult, ds: Prepared, setting: str, tcfg: TrainParams
 ) -> list[dict[str, Any]]:
-    """Per seed: the gates, the kept validation MAE, last value's on the same windows, the steps trained, and
-    the learning curves (``curve_*`` rows with a ``step`` column, one per evaluation round actually run)."""
+    """Per seed: the gates, the kept validation MAE, last value's and the initial parameters' on the same
+    windows, the peak learning rate, the steps trained, the step whose parameters were kept (``best_step``), the
+    slope of the validation curve before the first learning-rate decay (``val_slope_before_decay``, % per 100
+    steps; negative = still falling when the rate was cut), and the learning curves (``curve_*`` rows with a
+    ``step`` column, one per evaluation round actually run)."""
     tr = res.training
     if tr is None:
         return []
     base = {"policy": policy, "dataset": ds.series.name, "setting": setting, "horizon": "avg"}
     rows = []
+    decay = first_decay(tcfg) or tcfg.steps  # the slope before the first decay, or before the end without one
     for i, seed in enumerate(res.seeds):
         run = int(tr["rounds_run"][i])
-        per_seed = {
-            "converged": (tr["gates"]["converged"][i], "bool"),
-            "beats_trivial": (tr["gates"]["beats_trivial"][i], "bool"),
-            "val_mae_masked": (tr["best_val"][i], "%"),
-            "val_mae_masked_last_value": (tr["val_last_value"], "%"),
-            "train_steps": (run * tcfg.eval_every, "count"),
-        }
+        per_seed = {**{g: (tr["gates"][g][i], "bool") for g in GATES},
+                    "val_mae_masked": (tr["best_val"][i], "%"),
+                    "val_mae_masked_last_value": (tr["val_last_value"], "%"),
+                    "val_mae_masked_init": (tr["val_init"][i], "%"),
+                    "peak_lr": (tr["lr"][i], "1"),
+                    "train_steps": (run * tcfg.eval_every, "count"),
+                    "best_step": (int(tr["best_round"][i]) * tcfg.eval_every, "count")}
+        slope = slope_before_decay(tr["val_mae_masked"][i], run, tcfg.eval_every, decay)
+        if np.isfinite(slope):
+            per_seed["val_slope_before_decay"] = (slope, "%/100 steps")
         rows += [{**base, "seed": seed, "metric": k, "value": float(v), "unit": u} for k, (v, u) in per_seed.items()]
         for r in range(run):
             step = (r + 1) * tcfg.eval_every
@@ -553,6 +607,20 @@ def training_rows(
                          "unit": "%", "step": step})
             rows.append({**base, "seed": seed, "metric": "curve_val_mae_masked",
                          "value": float(tr["val_mae_masked"][i, r]), "unit": "%", "step": step})
+    return rows
+
+
+def graph_rows(policy: str, res: PolicyResult, ds: Prepared, setting: str) -> list[dict[str, Any]]:
+    """``model_params`` (trainable parameters of one run: the capacity each model is compared at) and, for
+    EvoGWP variants that read the evolution graph, ``graph_edge_persistence_window`` per test window (a
+    ``window`` column, 1-based; the graph does not depend on the seed)."""
+    base = {"policy": policy, "seed": res.seeds[0], "dataset": ds.series.name, "setting": setting, "horizon": "avg"}
+    rows = []
+    if res.num_params:
+        rows.append({**base, "metric": "model_params", "value": float(res.num_params), "unit": "count"})
+    if res.window_persistence is not None:
+        rows += [{**base, "metric": "graph_edge_persistence_window", "value": float(v), "unit": "ratio",
+                  "window": w} for w, v in enumerate(res.window_persistence, 1) if np.isfinite(v)]
     return rows
 
 

@@ -26,7 +26,13 @@ For every transition ``g-1 -> g`` (the authors' per-segment construction, dense 
 
 ``adj[0]`` (no predecessor) is all zeros. Everything is a jitted function of arrays; ``lax.map`` runs over the
 transitions so memory stays at one ``[N, N]`` block. :func:`graph_stats` measures density, degree entropy and
-how much the graph changes from one transition to the next.
+how much the graph changes from one transition to the next; :func:`edge_persistence` the same change between
+any sequence of graphs (e.g. the ones consecutive test windows diffuse over).
+
+:func:`union_adjacency` [ours, the "static plus evolution graph" ablation] unites the static correlation graph
+with each evolution graph: an edge of either is an edge of the union, once (each graph scaled to a largest
+weight of 1, then the element-wise maximum), so the evolution graph adds edges to the static one instead of
+replacing it.
 """
 
 from __future__ import annotations
@@ -138,6 +144,34 @@ def _graph(sd, theta, min_weight, top_shapelets, top_transitions, edges_per_node
         return project(src, dst, t, top_shapelets, edges_per_node)
 
     return jax.lax.map(one, (sd[:-1], sd[1:]))
+
+
+def union_adjacency(static: jax.Array, evo: jax.Array) -> jax.Array:
+    """The union of ``static [N, N]`` and ``evo [..., N, N]`` (broadcast over the leading axes of ``evo``): each
+    graph is scaled so that its largest weight is 1 (per ``[N, N]`` slice; an empty slice stays empty), the union
+    takes the element-wise maximum (an edge of both appears once, not summed) and the diagonal is zeroed."""
+    def unit(a):
+        m = jnp.max(a, axis=(-2, -1), keepdims=True)
+        return jnp.where(m > 0, a / jnp.where(m > 0, m, 1.0), 0.0)
+
+    s = unit(jnp.asarray(static, jnp.float32))
+    e = unit(jnp.asarray(evo, jnp.float32))
+    n = e.shape[-1]
+    return jnp.maximum(s, e) * (1.0 - jnp.eye(n, dtype=jnp.float32))
+
+
+def edge_persistence(adjs: np.ndarray) -> np.ndarray:
+    """``[W - 1]`` for a sequence of graphs ``adjs [W, N, N]``: the fraction of graph ``w``'s (off-diagonal)
+    edges that were edges of graph ``w - 1`` (1 = nothing changed, 0 = all new); NaN where graph ``w`` has none."""
+    a = np.asarray(adjs)
+    if a.ndim != 3 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"adjs must be [W, N, N], got {a.shape}")
+    e = (a > 0) & ~np.eye(a.shape[-1], dtype=bool)
+    if e.shape[0] < 2:
+        return np.zeros(0)
+    kept = (e[1:] & e[:-1]).sum((1, 2)).astype(np.float64)
+    now = e[1:].sum((1, 2)).astype(np.float64)
+    return np.where(now > 0, kept / np.maximum(now, 1.0), np.nan)
 
 
 def graph_stats(adj: np.ndarray) -> dict[str, float]:

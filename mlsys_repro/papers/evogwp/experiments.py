@@ -5,7 +5,9 @@ figures.
 * ``long_term``: 288 -> 72 five-minute steps (1 day -> 6 h, read at 30-minute resolution) on Bitbrains,
   trained on July and tested on the last two weeks of August (pattern evolution);
 * ``ablation``: EvoGWP without shapelets, without the evolution graph, without EvoLSTM, without importance;
-* ``alibaba_univariate``: the univariate Alibaba 2018 cluster series (no graph), a sanity set.
+* ``alibaba_univariate``: the univariate Alibaba 2018 cluster series (no graph), a sanity set;
+* ``tuning``: each learned model's peak learning rate from a small grid, on tuning seeds and validation windows
+  only (:func:`pick_lr`); the choices are frozen into ``train.lr_by_model`` of the experiments above.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import pandas as pd
 
 from mlsys_repro.common.repro.plots import figure, lines_with_ci
 from mlsys_repro.common.repro.registry import RunContext
-from mlsys_repro.papers.evogwp.evaluate import run_table
-from mlsys_repro.papers.evogwp.schemas import ForecastParams
+from mlsys_repro.papers.evogwp.evaluate import prepare_all, run_policy, run_table, setting_name
+from mlsys_repro.papers.evogwp.schemas import NEURAL, ForecastParams, TuningParams
 
 
 def _table(ctx: RunContext) -> pd.DataFrame:
@@ -136,6 +138,86 @@ def ablation(ctx: RunContext) -> pd.DataFrame:
 def alibaba_univariate(ctx: RunContext) -> pd.DataFrame:
     """Univariate sanity set: Alibaba 2018 cluster CPU."""
     return _table(ctx)
+
+
+def pick_lr(val: pd.DataFrame) -> dict[str, float]:
+    """Per policy, the peak learning rate whose runs have the lowest mean best-validation masked MAE.
+
+    ``val``: one row per tuning run with columns ``policy``, ``lr`` and ``value`` (the run's ``val_mae_masked``;
+    several seeds or datasets per rate are averaged). Ties go to the smaller rate."""
+    if val.empty:
+        return {}
+    mean = val.groupby(["policy", "lr"])["value"].mean().reset_index()
+    out = {}
+    for pol, g in mean.groupby("policy", sort=False):
+        g = g.sort_values(["value", "lr"], kind="stable")
+        out[str(pol)] = float(g["lr"].iloc[0])
+    return out
+
+
+TUNED_METRICS = ("val_mae_masked", "peak_lr", "val_mae_masked_init", "val_mae_masked_last_value", "converged",
+                 "beats_trivial", "beats_untrained", "train_steps", "best_step", "val_slope_before_decay")
+
+
+def tuning(ctx: RunContext) -> pd.DataFrame:
+    """Each learned model at every rate of ``lrs`` on tuning seeds; validation windows only (no test forecast).
+
+    Rows per run (``lr`` column): the training record's metrics (:data:`TUNED_METRICS`) and learning curves;
+    per policy: ``val_mae_masked_mean`` per rate and ``chosen_lr`` (:func:`pick_lr`)."""
+    from mlsys_repro.papers.evogwp.evaluate import training_rows
+
+    p: TuningParams = ctx.params
+    policies, prepared, pads = prepare_all(ctx)
+    bad = [n for n, pol in policies.items() if pol.kind not in NEURAL or n != pol.kind]
+    if bad:
+        raise ValueError(f"tuning: policies must be learned models named after their kind, got {bad}")
+    lrs = np.asarray(p.lrs, np.float64)
+    tseeds = ctx.seeds() + p.tuning_seed_offset
+    run_seeds = np.repeat(tseeds, lrs.size)  # runs (seed, lr), seed-major
+    run_lrs = np.tile(lrs, tseeds.size)
+    rows: list[dict[str, Any]] = []
+    ctx.progress.start(len(policies) * len(prepared), "policy x dataset")
+    for name, pol in policies.items():
+        for ds in prepared:
+            res = run_policy(pol, ds, p, run_seeds, pads, ctx.checkpointer(f"{name}-{ds.series.name}"), ctx.cache,
+                             lrs=run_lrs, test=False)
+            setting = setting_name(ds.series.name, p)
+            per_run = []
+            for i in range(run_seeds.size):
+                one = _one_run(res, i)
+                for r in training_rows(name, one, ds, setting, p.train):
+                    if r["metric"] in TUNED_METRICS or r["metric"].startswith("curve_"):
+                        per_run.append({**r, "lr": float(run_lrs[i])})
+            rows += per_run
+            ctx.progress.update(1, f"{name} on {ds.series.name}: {res.seconds:.0f}s")
+    df = pd.DataFrame(rows)
+    val = df[df["metric"] == "val_mae_masked"]
+    chosen = pick_lr(val)
+    means = val.groupby(["policy", "lr"])["value"].mean()
+    out = []
+    for (pol, lr), v in means.items():
+        out.append({"policy": pol, "seed": int(tseeds[0]), "metric": "val_mae_masked_mean", "value": float(v),
+                    "unit": "%", "lr": float(lr), "horizon": "avg"})
+    for pol, lr in chosen.items():
+        out.append({"policy": pol, "seed": int(tseeds[0]), "metric": "chosen_lr", "value": lr, "unit": "1",
+                    "horizon": "avg"})
+    return pd.concat([df, pd.DataFrame(out)], ignore_index=True)
+
+
+def _one_run(res, i: int):
+    """The :class:`~mlsys_repro.papers.evogwp.evaluate.PolicyResult` of run ``i`` alone (its training record)."""
+    import dataclasses
+
+    tr = res.training
+    one = {}
+    for k, v in tr.items():
+        if k == "gates":
+            one[k] = {g: np.asarray(a)[i : i + 1] for g, a in v.items()}
+        elif k == "val_last_value":
+            one[k] = v
+        else:
+            one[k] = np.asarray(v)[i : i + 1]
+    return dataclasses.replace(res, seeds=[res.seeds[i]], training=one)
 
 
 for _fn in (table_short, long_term, ablation, alibaba_univariate):

@@ -23,7 +23,7 @@ from mlsys_repro.papers.evogwp.shapelets import ShapeletConfig, Shapelets, fit_s
 
 
 def needs_static_graph(kind: str, hp) -> bool:
-    return kind in ("dcrnn", "gwnet") or (kind == "evogwp" and hp.graph == "static")
+    return kind in ("dcrnn", "gwnet") or (kind == "evogwp" and hp.graph in ("static", "union"))
 
 
 def needs_context(kind: str, hp) -> bool:
@@ -32,7 +32,7 @@ def needs_context(kind: str, hp) -> bool:
 
 def fixed_entities(kind: str, hp) -> bool:
     return kind in ("dcrnn", "gwnet") or (
-        kind == "evogwp" and (hp.graph == "static" or hp.learned == "embedding")
+        kind == "evogwp" and (hp.graph in ("static", "union") or hp.learned == "embedding")
     )
 
 

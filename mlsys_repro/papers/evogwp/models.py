@@ -25,8 +25,10 @@ from flax import nnx
 
 from mlsys_repro.common.graph.dcrnn import DCRNN
 from mlsys_repro.common.graph.dense import adaptive_adjacency, diffusion_terms, dual_random_walk, random_walk
+from mlsys_repro.papers.evogwp.evolution import union_adjacency
 
 IN_DIM = 4  # [x, x - x_last, sin tod, cos tod]
+GRAPHS = ("evolution", "static", "union", "none")  # EvoGWP's graph switch
 ZERO = (
     nnx.initializers.zeros
 )  # output layers of the residual models: an untrained model forecasts the last value
@@ -366,8 +368,9 @@ class EvoGWP(nnx.Module):
     latest evolution adjacency plus that learned adjacency, with scheduled sampling.
 
     Ablation switches: ``graph`` = ``evolution`` | ``static`` (correlation graph instead of the evolution
-    graph, also inside the EvoLSTM) | ``none``; ``learned`` = ``evolstm`` | ``embedding`` (free node
-    embeddings as in Graph WaveNet; needs ``num_nodes``) | ``none``.
+    graph, also inside the EvoLSTM) | ``union`` (the union of both, :func:`~mlsys_repro.papers.evogwp.evolution.
+    union_adjacency`, wherever the evolution graph is read) | ``none``; ``learned`` = ``evolstm`` | ``embedding``
+    (free node embeddings as in Graph WaveNet; needs ``num_nodes``) | ``none``.
     """
 
     def __init__(
@@ -385,7 +388,7 @@ class EvoGWP(nnx.Module):
         *,
         rngs: nnx.Rngs,
     ):
-        if graph not in ("evolution", "static", "none") or learned not in ("evolstm", "embedding", "none"):
+        if graph not in GRAPHS or learned not in ("evolstm", "embedding", "none"):
             raise ValueError(f"bad EvoGWP switches graph={graph!r} learned={learned!r}")
         if graph == "none" and learned == "none":
             raise ValueError("EvoGWP needs a graph or a learned adjacency")
@@ -414,20 +417,27 @@ class EvoGWP(nnx.Module):
             rngs=rngs,
         )
 
+    def context_adjacency(self, batch: dict) -> jax.Array:
+        """``[B, C, N, N]``: the graph of each context segment as this variant reads it."""
+        if self.graph == "static":
+            b, _, n = batch["x"].shape
+            return jnp.broadcast_to(batch["static_adj"], (b, batch["ctx_sdist"].shape[1], n, n))
+        if self.graph == "union":
+            return union_adjacency(batch["static_adj"], batch["ctx_adj"])
+        return batch["ctx_adj"]
+
     def supports(self, batch: dict) -> jax.Array:
         """The ``[B, S, N, N]`` support stack of each window."""
         b, _, n = batch["x"].shape
         sup = []
         if self.graph == "evolution":
             sup.append(dual_random_walk(batch["ctx_adj"][:, -1]))
+        elif self.graph == "union":
+            sup.append(dual_random_walk(union_adjacency(batch["static_adj"], batch["ctx_adj"][:, -1])))
         elif self.graph == "static":
             sup.append(jnp.broadcast_to(dual_random_walk(batch["static_adj"]), (b, 2, n, n)))
         if self.learned == "evolstm":
-            adj = (
-                batch["ctx_adj"]
-                if self.graph != "static"
-                else jnp.broadcast_to(batch["static_adj"], (b, batch["ctx_sdist"].shape[1], n, n))
-            )
+            adj = batch["ctx_adj"] if self.graph in ("evolution", "none") else self.context_adjacency(batch)
             h = self.evolstm(batch["ctx_sdist"], adj)
             e = self.h2(jax.nn.relu(self.norm(self.h1(h))))
             e1, e2 = jnp.split(e, 2, -1)

@@ -89,7 +89,7 @@ class EvoGWPHP:
     max_step: int = 2
     evo_hidden: int = 32
     emb_dim: int = 8
-    graph: str = "evolution"  # evolution | static | none
+    graph: str = "evolution"  # evolution | static | union (static plus evolution) | none
     learned: str = "evolstm"  # evolstm | embedding | none
     context_segments: int = 6  # history segments the EvoLSTM reads
     segments_per_day: int = 12  # L = period / segments_per_day
@@ -105,11 +105,11 @@ class EvoGWPHP:
     top_shapelets: int = 3  # a workload's pattern = its nearest shapelets
     top_transitions: int = 3  # successors kept per shapelet in the transition matrix
     edge_fraction: float = 0.1  # out-edges kept per workload: ceil(edge_fraction (N - 1))
-    graph_threshold: float = 0.1  # for graph = static
+    graph_threshold: float = 0.1  # for graph = static or union
 
     def __post_init__(self) -> None:
-        if self.graph not in ("evolution", "static", "none"):
-            raise ValueError(f"evogwp.graph must be evolution, static or none, got {self.graph!r}")
+        if self.graph not in ("evolution", "static", "union", "none"):
+            raise ValueError(f"evogwp.graph must be evolution, static, union or none, got {self.graph!r}")
         if self.learned not in ("evolstm", "embedding", "none"):
             raise ValueError(f"evogwp.learned must be evolstm, embedding or none, got {self.learned!r}")
         if self.graph == "none" and self.learned == "none":
@@ -167,17 +167,32 @@ class ForecasterPolicy(BasePolicy):
 
 register_schema("policy", "forecaster", ForecasterPolicy)
 
+
+def with_overrides(pol: ForecasterPolicy, overrides: dict[str, dict[str, Any]]) -> ForecasterPolicy:
+    """``pol`` with the hyper-parameters of ``overrides[pol.kind]`` (if any) replacing its own."""
+    over = dict(overrides.get(pol.kind) or {})
+    if not over:
+        return pol
+    return dataclasses.replace(pol, hparams={**dict(pol.hparams), **over})
+
 # ------------------------------------------------------------------------------------------- experiment
 # params
 
 
 @dataclass
 class TrainParams:
-    """Training loop of every neural model (one ``lax.scan`` under one ``jit``, seeds vmapped)."""
+    """Training loop of every neural model (one ``lax.scan`` under one ``jit``, seeds vmapped).
+
+    The peak learning rate of a model is ``lr_by_model[kind]`` (the choice of the ``tuning`` experiment, written
+    into every experiment that trains that model), else ``lr``. The schedule: a linear warm-up over
+    ``warmup_steps`` updates, then ``x lr_gamma`` at each of ``lr_milestones`` (fractions of ``steps``). Early
+    stopping counts ``patience`` only from the first decay on."""
 
     steps: int = 300
     batch_size: int = 8
     lr: float = 3e-3
+    lr_by_model: dict[str, float] = field(default_factory=dict)  # model kind -> peak lr (tuning's picks)
+    warmup_steps: int = 0  # linear warm-up to the peak lr over this many updates (0 = none)
     lr_milestones: list[float] = field(default_factory=lambda: [0.6, 0.85])  # fractions of steps
     lr_gamma: float = 0.1
     clip_norm: float = 1.0
@@ -186,6 +201,7 @@ class TrainParams:
     cl_decay_steps: float = 75.0  # scheduled sampling k
     patience: int = 4  # early stopping: rounds in a row without a relative improvement > min_delta
     min_delta: float = 0.005  # relative; also the plateau tolerance of the ``converged`` gate
+    init_margin: float = 0.01  # ``beats_untrained``: the kept parameters beat the initial ones by this fraction
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.eval_every < 1 or self.val_windows < 1:
@@ -198,6 +214,18 @@ class TrainParams:
             raise ValueError("train: lr, clip_norm and cl_decay_steps must be > 0")
         if self.patience < 1 or not 0 <= self.min_delta < 1:
             raise ValueError("train: patience must be >= 1 and min_delta in [0, 1)")
+        if not 0 <= self.warmup_steps <= self.steps:
+            raise ValueError(f"train.warmup_steps must be in [0, steps], got {self.warmup_steps}")
+        if not 0 <= self.init_margin < 1:
+            raise ValueError(f"train.init_margin must be in [0, 1), got {self.init_margin}")
+        bad = {k: v for k, v in dict(self.lr_by_model).items() if k not in NEURAL or not float(v) > 0}
+        if bad:
+            raise ValueError(f"train.lr_by_model: unknown model kinds or non-positive rates {bad} "
+                             f"(kinds: {list(NEURAL)})")
+
+    def lr_for(self, kind: str) -> float:
+        """The peak learning rate of model ``kind``."""
+        return float(self.lr_by_model.get(kind, self.lr))
 
 
 @dataclass
@@ -208,6 +236,9 @@ class ForecastParams:
     ``aggregate`` averages that many 5-minute steps (``input_len``/``horizon`` count aggregated steps).
     ``split``: ``chrono`` (train_frac / val_frac / rest) or ``tail`` (train on the first ``train_days``, test
     on the last ``test_days``, validate in between).
+    ``model_overrides``: per model kind, hyper-parameters that replace the policy files' values for every policy
+    of that kind in this experiment (e.g. the segment length at hourly resolution, or the width the ablation
+    runs at); the rows carry the resulting ``model_params``.
     """
 
     datasets: list[str] = field(default_factory=lambda: ["bitbrains", "azure", "google"])
@@ -226,13 +257,34 @@ class ForecastParams:
     best_of: list[str] = field(default_factory=lambda: ["dcrnn", "gwnet", "patchtst", "dlinear"])
     checkpoint_policies: list[str] = field(default_factory=list)
     figure_policies: list[str] = field(default_factory=list)
+    model_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.datasets:
             raise ValueError("datasets must not be empty")
+        for kind, over in dict(self.model_overrides).items():
+            parse_hparams(kind, dict(over))  # unknown kinds, keys or bad values fail at compose time
         if self.input_len < 1 or self.horizon < 1 or self.eval_stride < 1 or self.aggregate < 1:
             raise ValueError("input_len, horizon, eval_stride and aggregate must be >= 1")
         if self.split not in ("chrono", "tail"):
             raise ValueError(f"split must be chrono or tail, got {self.split!r}")
         if self.split == "tail" and (self.train_days <= 0 or self.test_days <= 0):
             raise ValueError("split=tail needs train_days > 0 and test_days > 0")
+
+
+@dataclass
+class TuningParams(ForecastParams):
+    """The ``tuning`` experiment: every learned model at every peak learning rate of ``lrs`` (vmapped with the
+    tuning seeds), on tuning seeds ``seed + tuning_seed_offset ..`` (never the seeds results are reported on),
+    scored on the validation windows only. Per model the rate with the lowest mean best-validation masked MAE is
+    chosen (ties: the smaller rate); the choices go into ``train.lr_by_model`` of the experiments that report."""
+
+    lrs: list[float] = field(default_factory=lambda: [1e-3, 3e-3])
+    tuning_seed_offset: int = 100
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.lrs or any(not float(x) > 0 for x in self.lrs) or len(set(self.lrs)) != len(self.lrs):
+            raise ValueError(f"tuning: lrs must be distinct positive rates, got {self.lrs}")
+        if self.tuning_seed_offset < 1:
+            raise ValueError("tuning: tuning_seed_offset must be >= 1 (tuning seeds differ from reported seeds)")

@@ -1,17 +1,18 @@
 """Training and batched prediction of any forecaster in :mod:`mlsys_repro.papers.evogwp.models`.
 
-``make_train(build, P, Q, cfg, context)`` returns ``train(key, arrays, train_origins, n_train, val_origins)``
+``make_train(build, P, Q, cfg, context)`` returns ``train(key, arrays, train_origins, n_train, val_origins, lr)``
 (batches are drawn from the first ``n_train`` origins, so origin lists can be padded to shared shapes): the
 whole loop is a ``lax.scan`` over rounds of ``eval_every`` steps (an inner ``lax.scan`` of optimiser steps)
 under one ``jit``, and it is ``vmap``-able over seeds; ``train.start`` / ``train.advance`` / ``train.finish``
 cut the same loop into equal jitted chunks so that long trainings checkpoint and resume bit-identically.
 Each step samples a batch of training windows, computes the masked MAE in the data's units (targets that are
-gaps or exactly 0 are dropped, as in the authors' code), clips the gradient norm and applies Adam with a
-multi-step learning-rate decay. After every round the validation masked MAE (no teacher forcing) is computed
-and the best parameters so far are kept; after ``patience`` rounds without a relative improvement of
-``min_delta`` (counted from the start, acted on only after the last learning-rate decay) the run stops (its
-state is frozen, so the loop keeps a fixed shape; once every seed has stopped the remaining rounds cost
-nothing).
+gaps or exactly 0 are dropped, as in the authors' code), clips the gradient norm and applies Adam with a linear
+warm-up to the peak learning rate and a multi-step decay (:func:`lr_factor`). The peak learning rate is part of
+each run's state, so runs with different rates vmap like seeds (the tuning experiment). The validation masked
+MAE (no teacher forcing) is computed at the initial parameters and after every round; the best parameters so
+far are kept; rounds without a relative improvement of ``min_delta`` are counted only after the first
+learning-rate decay, and after ``patience`` such rounds in a row the run stops (its state is frozen, so the loop
+keeps a fixed shape; once every seed has stopped the remaining rounds cost nothing).
 
 ``make_predict(build, P, Q, context)`` returns ``predict(params, arrays, origins) -> [W, Q, N]`` forecasts in
 the data's units, batched with ``lax.map``. For EvoGWP, whose supports depend only on the context segments of
@@ -54,17 +55,39 @@ def bounds_of(cfg: TrainParams) -> list[int]:
     return sorted({int(round(m * cfg.steps)) for m in cfg.lr_milestones if 0 < m < 1})
 
 
+def first_decay(cfg: TrainParams) -> int | None:
+    """The step of the first learning-rate decay (None without one): patience counts after it (from the start
+    without one)."""
+    b = bounds_of(cfg)
+    return b[0] if b else None
+
+
+def lr_factor(count, warmup_steps: int, bounds, gamma: float) -> jax.Array:
+    """The multiplier of the peak learning rate at optimiser update ``count`` (0-based): a linear warm-up
+    ``(count + 1) / warmup_steps`` over the first ``warmup_steps`` updates (the first update already moves, the
+    last one of the warm-up is at the peak), times ``gamma`` for every bound in ``bounds`` that ``count`` has
+    reached (``count >= bound``, as ``optax.piecewise_constant_schedule``)."""
+    c = jnp.asarray(count, jnp.float32)
+    warm = jnp.minimum(1.0, (c + 1.0) / warmup_steps) if warmup_steps > 0 else jnp.float32(1.0)
+    reached = jnp.sum(jnp.asarray(count)[..., None] >= jnp.asarray(list(bounds) or [jnp.iinfo(jnp.int32).max]),
+                      -1)
+    return warm * jnp.asarray(gamma, jnp.float32) ** reached.astype(jnp.float32)
+
+
 def make_step(build: Build, input_len: int, horizon: int, cfg: TrainParams, context: Context | None = None):
     """``(tx, loss_fn, step)``: the optimiser, the masked-MAE loss and one optimiser step on a sampled batch.
 
-    ``step((params, opt_state, key), i, arrays, train_origins, n_train) -> (carry, loss)`` is exactly what the
-    training loop scans over (and what the benchmark times).
+    ``step((params, opt_state, key), i, arrays, train_origins, n_train, lr=cfg.lr) -> (carry, loss)`` is exactly
+    what the training loop scans over (and what the benchmark times). ``tx`` is Adam's direction times the
+    schedule's factor (:func:`lr_factor`); ``step`` multiplies the update by the peak rate ``lr``, which may be a
+    traced value (a vmapped grid of learning rates compiles once).
     """
     graphdef = graphdef_of(build)
-    bounds = {b: cfg.lr_gamma for b in bounds_of(cfg)}
+    bounds = bounds_of(cfg)
     tx = optax.chain(
         optax.clip_by_global_norm(cfg.clip_norm),
-        optax.adam(optax.piecewise_constant_schedule(cfg.lr, bounds), eps=1e-8),
+        optax.scale_by_adam(eps=1e-8),
+        optax.scale_by_schedule(lambda c: -lr_factor(c, cfg.warmup_steps, bounds, cfg.lr_gamma)),
     )
 
     def loss_fn(params, batch, arrays, tp, key):
@@ -72,7 +95,7 @@ def make_step(build: Build, input_len: int, horizon: int, cfg: TrainParams, cont
         pred = model(batch, teacher_prob=tp, key=key) * arrays["std"] + arrays["mean"]
         return masked_mae(pred, batch["y"], batch["nz"])
 
-    def step(carry, i, arrays, train_origins, n_train):
+    def step(carry, i, arrays, train_origins, n_train, lr=cfg.lr):
         p, st, k = carry
         k, kb, kd = jax.random.split(k, 3)
         idx = jax.random.randint(kb, (cfg.batch_size,), 0, n_train)
@@ -80,6 +103,7 @@ def make_step(build: Build, input_len: int, horizon: int, cfg: TrainParams, cont
         tp = inverse_sigmoid_decay(i, cfg.cl_decay_steps)
         loss, g = jax.value_and_grad(loss_fn)(p, batch, arrays, tp, kd)
         upd, st = tx.update(g, st, p)
+        upd = jax.tree.map(lambda u: (lr * u).astype(u.dtype), upd)
         return (optax.apply_updates(p, upd), st, k), loss
 
     return tx, loss_fn, step
@@ -90,66 +114,77 @@ def improved(val: jax.Array, best_val: jax.Array, min_delta: float) -> jax.Array
     return val < best_val * (1.0 - min_delta)
 
 
-def early_stopping_update(es, params, val, patience: int, min_delta: float, can_stop=True):
+def early_stopping_update(es, params, val, patience: int, min_delta: float, counting=True):
     """One evaluation of early stopping: ``es = (best_params, best_val, bad_rounds, stopped)``.
 
     Keeps ``params`` as the best when ``val < best_val``; counts a round as bad unless it improves on the best
-    by more than the relative ``min_delta``; stops after ``patience`` bad rounds in a row, but only where
-    ``can_stop`` (the training loop allows it once the learning-rate schedule has made its last decay, so a
-    noisy high-LR phase cannot end a run before the decay). A stopped ``es`` no longer changes (later evaluations
-    are ignored)."""
+    by more than the relative ``min_delta``, but only where ``counting`` (the training loop counts from the first
+    learning-rate decay on, so a noisy warm-up or high-LR phase neither ends a run nor uses up its patience);
+    stops after ``patience`` bad rounds in a row. A stopped ``es`` no longer changes (later evaluations are
+    ignored)."""
     best, best_val, bad, stopped = es
     better = val < best_val
     new_best = jax.tree.map(lambda a, b: jnp.where(better, a, b), params, best)
-    new_bad = jnp.where(improved(val, best_val, min_delta), 0, bad + 1)
-    out = (new_best, jnp.minimum(val, best_val), new_bad, (new_bad >= patience) & can_stop)
+    counting = jnp.asarray(counting)
+    new_bad = jnp.where(improved(val, best_val, min_delta), 0, bad + counting.astype(bad.dtype))
+    out = (new_best, jnp.minimum(val, best_val), new_bad, (new_bad >= patience) & counting)
     return jax.tree.map(lambda f, o: jnp.where(stopped, f, o), es, out)
 
 
 def make_train(build: Build, input_len: int, horizon: int, cfg: TrainParams, context: Context | None = None):
     """``train(key, arrays, train_origins, n_train, val_origins) -> (best_params, curves)`` in one ``lax.scan``.
 
-    Early stopping (the same rule for every learned model): after every round of ``eval_every`` steps the
-    validation masked MAE is computed; the parameters with the lowest one so far are kept (and returned); a
-    round that does not improve the best by more than the relative ``min_delta`` counts against ``patience``,
-    and after ``patience`` such rounds in a row training stops: the parameters, optimiser state and curves are
-    frozen for the remaining rounds (``stop_round`` records when). ``curves`` holds per round the mean training
-    loss, the validation masked MAE and whether the run was still training, plus ``best_val``, ``stopped`` and
-    ``rounds_run``.
+    Early stopping (the same rule for every learned model): the validation masked MAE is computed at the initial
+    parameters (``val_init``) and after every round of ``eval_every`` steps; the parameters with the lowest one
+    so far are kept (and returned; ``best_round`` records the round, 1-based). From the first learning-rate decay
+    on, a round that does not improve the best by more than the relative ``min_delta`` counts against
+    ``patience``, and after ``patience`` such rounds in a row training stops: the parameters, optimiser state and
+    curves are frozen for the remaining rounds. ``curves`` holds per round the mean training loss, the
+    validation masked MAE and whether the run was still training, plus ``best_val``, ``best_round``,
+    ``val_init``, ``lr``, ``stopped`` and ``rounds_run``.
 
     The same loop is exposed in resumable pieces, for the shared driver (:mod:`mlsys_repro.common.repro.trainer`):
-    ``train.start(key, ...) -> state``, ``train.advance(state, ..., rounds) -> (state, (train_loss, val_mae,
-    active))`` (``rounds`` evaluation rounds of ``eval_every`` steps each) and ``train.finish(state, curves) ->
-    (best, curves)``; ``train.rounds`` is the total number of evaluation rounds. Advancing ``rounds`` in any
-    number of equal pieces computes exactly what one ``train`` call does. ``train.advance_seeds`` is
-    ``advance`` over a leading seed axis that skips a round's computation once every seed has stopped.
+    ``train.start(key, ..., lr=cfg.lr) -> state``, ``train.advance(state, ..., rounds) -> (state, (train_loss,
+    val_mae, active))`` (``rounds`` evaluation rounds of ``eval_every`` steps each) and ``train.finish(state,
+    curves) -> (best, curves)``; ``train.rounds`` is the total number of evaluation rounds. Advancing ``rounds``
+    in any number of equal pieces computes exactly what one ``train`` call does. ``train.advance_seeds`` is
+    ``advance`` over a leading seed axis that skips a round's computation once every seed has stopped. The peak
+    learning rate ``lr`` is an argument of ``start`` and lives in the state, so it may be vmapped (one compiled
+    loop for a grid of rates).
     """
     tx, loss_fn, step = make_step(build, input_len, horizon, cfg, context)
     rounds = cfg.steps // cfg.eval_every
-    first_stop = max([0] + list(bounds_of(cfg)))  # no early stop before the last LR decay
+    count_from = first_decay(cfg) or 0  # patience is counted only for rounds that end after the first LR decay
 
-    def start(key, arrays, train_origins, n_train, val_origins):
+    def start(key, arrays, train_origins, n_train, val_origins, lr=None):
         k_init, k_loop = jax.random.split(key)
         params = init_params(build, k_init)
         z = jnp.asarray(0, jnp.int32)
         inf = jnp.asarray(jnp.inf, jnp.float32)
-        # (train carry, best params, best val, rounds without improvement, stopped, last (loss, val), round)
-        return ((params, tx.init(params), k_loop), params, inf, z, jnp.asarray(False), (inf, inf), z)
+        val_batch = gather(arrays, val_origins, input_len, horizon, context)
+        info = {
+            "lr": jnp.asarray(cfg.lr if lr is None else lr, jnp.float32),
+            "val_init": loss_fn(params, val_batch, arrays, 0.0, None),
+            "best_round": z,
+        }
+        # (train carry, best params, best val, rounds without improvement, stopped, last (loss, val), info, round)
+        return ((params, tx.init(params), k_loop), params, inf, z, jnp.asarray(False), (inf, inf), info, z)
 
     def one_round(state, arrays, train_origins, n_train, val_batch):
-        carry, best, best_val, bad, stopped, last, c = state
+        carry, best, best_val, bad, stopped, last, info, c = state
         new_carry, losses = jax.lax.scan(
-            lambda cr, i: step(cr, i, arrays, train_origins, n_train),
+            lambda cr, i: step(cr, i, arrays, train_origins, n_train, info["lr"]),
             carry,
             c * cfg.eval_every + jnp.arange(cfg.eval_every),
         )
         val = loss_fn(new_carry[0], val_batch, arrays, 0.0, None)
-        can_stop = (c + 1) * cfg.eval_every > first_stop
+        counting = (c + 1) * cfg.eval_every > count_from
         es = early_stopping_update(
-            (best, best_val, bad, stopped), new_carry[0], val, cfg.patience, cfg.min_delta, can_stop
+            (best, best_val, bad, stopped), new_carry[0], val, cfg.patience, cfg.min_delta, counting
         )
-        out = (new_carry, *es[:3], es[3], (losses.mean(), val), c + 1)
-        frozen = (carry, best, best_val, bad, stopped, last, c + 1)
+        new_info = {**info, "best_round": jnp.where(val < best_val, c + 1, info["best_round"])}
+        out = (new_carry, *es[:3], es[3], (losses.mean(), val), new_info, c + 1)
+        frozen = (carry, best, best_val, bad, stopped, last, info, c + 1)
         nxt = jax.tree.map(lambda f, o: jnp.where(stopped, f, o), frozen, out)
         return nxt, (*nxt[5], ~stopped)
 
@@ -173,25 +208,44 @@ def make_train(build: Build, input_len: int, horizon: int, cfg: TrainParams, con
         return states, jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), m)  # [seeds, rounds] like vmap(advance)
 
     def finish(state, curves):
-        _, best, best_val, _, stopped, _, _ = state
+        _, best, best_val, _, stopped, _, info, _ = state
         train_curve, val_curve, active = curves
         return best, {
             "train_loss": train_curve,
             "val_mae_masked": val_curve,
             "active": active,
             "best_val": best_val,
+            "best_round": info["best_round"],
+            "val_init": info["val_init"],
+            "lr": info["lr"],
             "stopped": stopped,
             "rounds_run": active.sum(-1),
         }
 
-    def train(key, arrays, train_origins, n_train, val_origins):
-        state = start(key, arrays, train_origins, n_train, val_origins)
+    def train(key, arrays, train_origins, n_train, val_origins, lr=None):
+        state = start(key, arrays, train_origins, n_train, val_origins, lr)
         state, curves = advance(state, arrays, train_origins, n_train, val_origins, rounds)
         return finish(state, curves)
 
     train.start, train.advance, train.finish, train.rounds = start, advance, finish, rounds
     train.advance_seeds = advance_seeds
     return train
+
+
+def slope_before_decay(val_curve, rounds_run: int, eval_every: int, decay_step: int, window: int = 4) -> float:
+    """How fast the validation curve still fell when the learning rate was first cut: the least-squares slope of
+    the last ``window`` evaluations at or before ``decay_step`` (evaluation ``r`` is at step ``(r + 1)
+    eval_every``; only the ``rounds_run`` evaluated rounds count), in % of their mean per 100 steps (negative =
+    still falling). NaN with fewer than two such evaluations. A clearly negative slope means the plateau that
+    follows is the schedule's, not the model's."""
+    v = np.asarray(val_curve, dtype=np.float64)[: int(rounds_run)]
+    steps = (np.arange(v.size) + 1) * eval_every
+    keep = steps <= decay_step
+    v, steps = v[keep][-window:], steps[keep][-window:]
+    if v.size < 2:
+        return float("nan")
+    slope = np.polyfit(steps.astype(np.float64), v, 1)[0]
+    return float(100.0 * 100.0 * slope / v.mean())
 
 
 def plateaued(val_curve, rounds_run: int, patience: int, tol: float) -> bool:

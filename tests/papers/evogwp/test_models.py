@@ -82,6 +82,7 @@ def test_evogwp_supports_per_switch():
     for graph, learned, n_sup in (
         ("evolution", "evolstm", 3),
         ("static", "evolstm", 3),
+        ("union", "evolstm", 3),
         ("evolution", "none", 2),
         ("none", "embedding", 1),
     ):
@@ -93,6 +94,23 @@ def test_evogwp_supports_per_switch():
     m = _model("evogwp")
     b2 = dict(b, ctx_sdist=b["ctx_sdist"] + 1.0)
     assert not np.allclose(m.supports(b)[:, 2], m.supports(b2)[:, 2])
+
+
+def test_the_union_variant_diffuses_over_static_and_evolution_edges():
+    from mlsys_repro.common.graph.dense import dual_random_walk
+    from mlsys_repro.papers.evogwp.evolution import union_adjacency
+
+    b = _batch()
+    eye = jnp.eye(N)
+    b["static_adj"] = jnp.roll(eye, 1, axis=1)  # i -> i + 1
+    b["ctx_adj"] = jnp.broadcast_to(jnp.roll(eye, 2, axis=1), (B, C, N, N))  # i -> i + 2
+    sup = _model("evogwp", graph="union").supports(b)
+    want = dual_random_walk(union_adjacency(b["static_adj"], b["ctx_adj"][:, -1]))
+    np.testing.assert_allclose(sup[:, :2], want, atol=1e-6)
+    fwd = np.asarray(sup[0, 0]) > 0
+    assert fwd[0, 1] and fwd[0, 2] and fwd.sum() == 2 * N  # both graphs' edges, each once
+    ev = _model("evogwp", graph="evolution").supports(b)
+    assert (np.asarray(ev[0, 0]) > 0).sum() == N  # the evolution graph alone
 
 
 def test_hparam_schema_rejects_typos_and_bad_values():
@@ -110,6 +128,7 @@ def test_fixed_entity_models_and_helpers():
     hp = parse_hparams("evogwp", {})
     assert not fixed_entities("evogwp", hp) and fixed_entities("dcrnn", parse_hparams("dcrnn", {}))
     assert fixed_entities("evogwp", parse_hparams("evogwp", {"graph": "static"}))
+    assert fixed_entities("evogwp", parse_hparams("evogwp", {"graph": "union"}))
     assert fixed_entities("evogwp", parse_hparams("evogwp", {"graph": "none", "learned": "embedding"}))
     assert not fixed_entities("patchtst", parse_hparams("patchtst", {}))
     assert doubling_dilations(12) == (1, 2, 4, 8) and 1 + sum(doubling_dilations(48)) >= 48

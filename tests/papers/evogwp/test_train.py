@@ -157,6 +157,16 @@ def test_training_gates_on_hand_made_curves():
     g = training_gates(curves, val_last_value=1.2, tcfg=TrainParams(patience=2, min_delta=0.01))
     np.testing.assert_array_equal(g["converged"], [1.0, 0.0, 1.0])  # stopped / still falling / plateau
     np.testing.assert_array_equal(g["beats_trivial"], [1.0, 0.0, 1.0])  # 1.3 is worse than last value's 1.2
+    # beats_untrained: the kept score must beat the initial parameters' by init_margin (2 % here): seed 0 learned
+    # (1.0 vs 2.0), seed 1 kept a worse score than its start, seed 2 is 0.899 vs 0.91 (1.2 % better: not enough)
+    curves["val_init"] = np.array([2.0, 1.2, 0.91])
+    g = training_gates(curves, val_last_value=1.2, tcfg=TrainParams(patience=2, min_delta=0.01, init_margin=0.02))
+    np.testing.assert_array_equal(g["beats_untrained"], [1.0, 0.0, 0.0])
+    # a converged run whose plateau is only the schedule's (it never left its start) passes converged, not this
+    flat = {"best_val": np.array([1.0]), "stopped": np.array([True]), "val_mae_masked": np.array([[1.0] * 4]),
+            "rounds_run": np.array([4]), "val_init": np.array([1.0])}
+    g = training_gates(flat, val_last_value=2.0, tcfg=TrainParams(patience=2, min_delta=0.01))
+    assert g["converged"][0] == 1.0 and g["beats_untrained"][0] == 0.0
 
 
 def test_early_stopping_in_the_loop_freezes_and_returns_the_best(setup):
@@ -187,7 +197,7 @@ def test_early_stopping_in_the_loop_freezes_and_returns_the_best(setup):
         np.testing.assert_allclose(a, b, rtol=1e-5)
 
 
-def test_early_stopping_waits_for_the_last_learning_rate_decay(setup):
+def test_early_stopping_waits_for_the_first_learning_rate_decay(setup):
     build, arrays, tr, va, *_ = setup
     # same hopeless min_delta, but the LR decays at step 40: the first stop allowed is at the evaluation of step 50
     cfg = TrainParams(steps=80, batch_size=8, lr=0.02, eval_every=10, val_windows=len(va), patience=1,
@@ -195,3 +205,92 @@ def test_early_stopping_waits_for_the_last_learning_rate_decay(setup):
     train = jax.jit(make_train(build, P, Q, cfg))
     _, curves = train(jax.random.key(0), arrays, jnp.asarray(tr), jnp.int32(tr.size), jnp.asarray(va))
     assert int(curves["rounds_run"]) == 5 and bool(curves["stopped"])
+    # two decays (steps 20 and 60): patience 2 is counted from the first, so the run stops at the evaluation of
+    # step 40 (bad rounds at 30 and 40), before the second decay
+    cfg = TrainParams(steps=80, batch_size=8, lr=0.02, eval_every=10, val_windows=len(va), patience=2,
+                      min_delta=0.9, lr_milestones=[0.25, 0.75])
+    train = jax.jit(make_train(build, P, Q, cfg))
+    _, curves = train(jax.random.key(0), arrays, jnp.asarray(tr), jnp.int32(tr.size), jnp.asarray(va))
+    assert int(curves["rounds_run"]) == 4 and bool(curves["stopped"])
+
+
+def test_patience_is_counted_only_after_the_first_decay_on_a_hand_made_curve():
+    from mlsys_repro.papers.evogwp.train import early_stopping_update
+
+    # an early dip (round 0, the "step-50" score), a spike, then a slow descent; the first decay is after round 3
+    curve = [1.00, 1.60, 1.50, 1.40, 1.20, 1.05, 0.98, 0.979, 0.978, 0.977, 0.5]
+    counting = [r >= 4 for r in range(len(curve))]
+
+    def run(count_all):
+        es = ({"w": jnp.float32(-1)}, jnp.float32(jnp.inf), jnp.int32(0), jnp.asarray(False))
+        stop = None
+        for r, v in enumerate(curve):
+            es = early_stopping_update(es, {"w": jnp.float32(r)}, jnp.float32(v), patience=3, min_delta=0.005,
+                                       counting=True if count_all else counting[r])
+            if stop is None and bool(es[3]):
+                stop = r
+        return stop, float(es[0]["w"])
+
+    # counted from the start, rounds 1-3 use up the patience during the spike: stopped at round 3, keeping round 0
+    assert run(count_all=True) == (3, 0.0)
+    # counted after the decay only: rounds 4 and 5 are bad (not 0.5 % better than 1.00), round 6 improves by 2 %
+    # and resets the count, rounds 7-9 improve by < 0.5 % each: stopped at round 9, keeping its parameters (the
+    # lowest score); round 10 is never seen
+    assert run(count_all=False) == (9, 9.0)
+
+
+def test_warm_up_schedule_on_known_values():
+    from mlsys_repro.papers.evogwp.train import lr_factor
+
+    # 4 warm-up updates, decays x0.1 at updates 6 and 8
+    got = np.asarray(lr_factor(jnp.arange(10), 4, [6, 8], 0.1))
+    np.testing.assert_allclose(got, [0.25, 0.5, 0.75, 1.0, 1.0, 1.0, 0.1, 0.1, 0.01, 0.01], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(lr_factor(jnp.arange(3), 0, [], 0.1)), [1.0, 1.0, 1.0])
+    # a decay inside the warm-up multiplies the ramp
+    np.testing.assert_allclose(np.asarray(lr_factor(jnp.arange(4), 4, [2], 0.5)), [0.25, 0.5, 0.375, 0.5])
+
+
+def test_the_optimiser_applies_the_schedule_times_the_peak_rate():
+    from mlsys_repro.papers.evogwp.train import make_step
+
+    # a one-parameter "model" whose Adam direction is -sign(grad) at every step (constant gradient): the update of
+    # step t is exactly -lr * lr_factor(t)
+    cfg = TrainParams(steps=8, batch_size=1, lr=0.5, warmup_steps=2, lr_milestones=[0.5], eval_every=8)
+    build = builder("dlinear", parse_hparams("dlinear", {"kernel": 3}), num_nodes=1, input_len=P, horizon=Q)
+    tx, _, _ = make_step(build, P, Q, cfg)
+    p = {"w": jnp.float32(0.0)}
+    st = tx.init(p)
+    moves = []
+    for _ in range(6):
+        upd, st = tx.update({"w": jnp.float32(2.0)}, st, p)
+        moves.append(float(0.5 * upd["w"]))
+    np.testing.assert_allclose(moves, [-0.25, -0.5, -0.5, -0.5, -0.05, -0.05], rtol=1e-4)
+
+
+def test_a_grid_of_learning_rates_vmaps_like_seeds(setup):
+    build, arrays, tr, va, *_ = setup
+    cfg = TrainParams(steps=20, batch_size=8, lr=0.02, eval_every=10, val_windows=len(va), warmup_steps=5)
+    train = make_train(build, P, Q, cfg)
+    args = (arrays, jnp.asarray(tr), jnp.int32(tr.size), jnp.asarray(va))
+    keys = jax.vmap(jax.random.key)(jnp.asarray([7, 7]))
+    both = jax.jit(jax.vmap(train, in_axes=(0, None, None, None, None, 0)))(keys, *args, jnp.asarray([0.001, 0.05]))
+    for i, lr in enumerate((0.001, 0.05)):
+        p1, c1 = jax.jit(train)(jax.random.key(7), *args, lr)
+        np.testing.assert_allclose(np.asarray(both[1]["val_mae_masked"][i]), np.asarray(c1["val_mae_masked"]),
+                                   rtol=1e-5)
+        assert float(both[1]["lr"][i]) == pytest.approx(lr)
+    assert not np.allclose(np.asarray(both[1]["val_mae_masked"][0]), np.asarray(both[1]["val_mae_masked"][1]))
+    # the initial parameters' score is recorded (same seed: same initial parameters), and the kept round
+    np.testing.assert_allclose(np.asarray(both[1]["val_init"][0]), np.asarray(both[1]["val_init"][1]))
+    assert set(np.asarray(both[1]["best_round"]).tolist()) <= {1, 2}
+
+
+def test_slope_before_the_first_decay_on_a_known_curve():
+    from mlsys_repro.papers.evogwp.train import slope_before_decay
+
+    # evaluations every 50 steps; decay at step 200: the last 4 at or before it are steps 50..200, values falling
+    # 0.02 per 50 steps around a mean of 1.0 -> -0.04 per 100 steps = -4 % per 100 steps
+    curve = [1.03, 1.01, 0.99, 0.97, 0.5, 0.5]
+    assert slope_before_decay(curve, 6, 50, 200) == pytest.approx(-4.0)
+    assert slope_before_decay([2.0, 2.0, 2.0], 3, 50, 150) == pytest.approx(0.0)
+    assert np.isnan(slope_before_decay([1.0, 0.5], 2, 50, 50))  # one evaluation before the decay
