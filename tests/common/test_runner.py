@@ -334,6 +334,7 @@ def test_run_all_releases_compiled_code_before_every_experiment(toy_conf, tmp_pa
 
     calls = []
     monkeypatch.setattr(ra, "release_compiled", lambda: calls.append(1))
+    monkeypatch.setenv("TOY_SKIP_SLEEP", "1")  # toy/slow's 30 s sleep is for the kill/resume tests (CI time)
     assert run_all(["toy", "--conf-dir", str(toy_conf), "--results-dir", str(tmp_path), "--profile", "smoke",
                     "--no-claims"]) == 0
     assert len(calls) == len(ra.experiments_of("toy", str(toy_conf))) == 2
