@@ -86,7 +86,10 @@ def trainer(ctx: RunContext, pol: PlacementPolicy, train_params) -> tuple[Any, C
         return train, compile_trainer(train.start, train.advance, train.total_steps, start_axes=(0, 0, None),
                                       advance_axes=(0, 0, None))
 
-    return ctx.cache.get("greenplace.trainer", (pol, its, envs), build)
+    # the parameters given to make_train fix the shapes (candidates, nodes, lanes, models): a regime whose DADS
+    # min-cut adds a candidate compiles its own trainer
+    shapes = tuple(np.shape(x) for x in (train_params.cand_ok, train_params.lane_ok, train_params.price))
+    return ctx.cache.get("greenplace.trainer", (pol, its, envs, shapes, train_params.episode_jobs), build)
 
 
 def train_and_evaluate(w: World, scenario, pol: PlacementPolicy, seeds: np.ndarray, weights: list[float],
@@ -102,7 +105,7 @@ def train_and_evaluate(w: World, scenario, pol: PlacementPolicy, seeds: np.ndarr
     compiled = _compiled(ctx)
     keys = jax.vmap(jax.random.key)(jnp.asarray(np.tile(seeds, len(weights)), jnp.uint32))
     ws = jnp.repeat(jnp.asarray(weights, jnp.float32), len(seeds))
-    ctx.progress.log(f"{scenario.name}: training {pol.name} x {len(ws)} (seeds x weights), "
+    ctx.progress.log(f"{w.regime.name}/{scenario.name}: training {pol.name} x {len(ws)} (seeds x weights), "
                      f"{train.env_steps:,} environment steps each, {tr.chunks} checkpointed chunks")
     curve_keys = jax.vmap(jax.random.key)(jnp.asarray(np.tile(seeds, len(weights)) + 20_000, jnp.uint32))
 
@@ -116,7 +119,7 @@ def train_and_evaluate(w: World, scenario, pol: PlacementPolicy, seeds: np.ndarr
                                 compiled)["objective"].mean((1, 2)))
         return jnp.concatenate(out)
 
-    ckpt = ctx.checkpointer(f"{scenario.name}-{pol.name}-w{'_'.join(f'{x:g}' for x in weights)}")
+    ckpt = ctx.checkpointer(f"{w.regime.name}-{scenario.name}-{pol.name}-w{'_'.join(f'{x:g}' for x in weights)}")
     done = tr.run((keys, ws, train_params), (ws, train_params), monitor=greedy_on_train, checkpointer=ckpt)
     ts, curves, lc = done.state, done.steps, np.asarray(done.curve)  # lc: [runs, chunks]
     out = {}

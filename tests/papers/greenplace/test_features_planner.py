@@ -20,7 +20,8 @@ from mlsys_repro.papers.greenplace.features import (
     valid_actions,
 )
 from mlsys_repro.papers.greenplace.pipeline import converged
-from mlsys_repro.papers.greenplace.scenario import vary
+from mlsys_repro.papers.greenplace.scenario import CONTENDED_WAN, knob_regime, regime_hardware, vary, with_load
+from mlsys_repro.papers.greenplace.schemas import EdgeCloudHardware, NodeSpec, Regime
 from tests.papers.greenplace.tiny import T, tiny_params
 
 ENV = PlacementEnv()
@@ -137,13 +138,21 @@ def test_headroom_knobs():
     np.testing.assert_allclose(np.ptp(np.asarray(wide.price), 0), 2 * np.ptp(np.asarray(p.price), 0), rtol=1e-5)
     assert float(vary(p, "green_scale", 0.0).green_kw.max()) == 0.0
     np.testing.assert_allclose(vary(p, "load", 1.5).rate, 1.5 * np.asarray(p.rate))
-    bw = np.asarray(vary(p, "wan_scale", 0.5).bw)
-    np.testing.assert_allclose(bw[0, 1], 0.5 * float(p.bw[0, 1]))
-    np.testing.assert_allclose(bw[0, 0], float(p.bw[0, 0]))  # the diagonal (no edge <-> cloud link) is unchanged
-    hot = vary(p, "contended_load", 2.0)
-    assert bool(hot.link_fifo) and not bool(p.link_fifo)
-    np.testing.assert_allclose(hot.rate, 2.0 * np.asarray(p.rate))
-    np.testing.assert_allclose(np.asarray(hot.bw)[0, 1], 0.25 * float(p.bw[0, 1]))
+    for knob in ("wan_scale", "contended_load"):  # they change the hardware: regimes, with their own model tables
+        with pytest.raises(KeyError, match="knob_regime"):
+            vary(p, knob, 0.5)
+    assert knob_regime("wan_scale", 0.5) == Regime(name="wan_x0.5", wan_scale=0.5)
+    hot = knob_regime("contended_load", 2.0)
+    assert (hot.wan_scale, hot.link_fifo, hot.load) == (CONTENDED_WAN, True, 2.0)
+    hw = EdgeCloudHardware(name="t", nodes=[
+        NodeSpec(name="a", kind="edge", p_idle_w=10, p_max_w=30, memory_gb=1, job_share=1.0),
+        NodeSpec(name="dc", kind="cloud", lanes=2, p_idle_w=100, p_max_w=300, memory_gb=10)], wan_mbps=50.0)
+    assert regime_hardware(hw, Regime()) is hw
+    slow = regime_hardware(hw, hot)
+    assert (slow.wan_mbps, slow.link_fifo, slow.lan_mbps) == (12.5, True, hw.lan_mbps)
+    assert (hw.wan_mbps, hw.link_fifo) == (50.0, False)  # the configured hardware is not touched
+    np.testing.assert_allclose(with_load(p, 2.0).rate, 2.0 * np.asarray(p.rate))
+    assert with_load(p, 1.0) is p
     with pytest.raises(KeyError, match="unknown headroom knob"):
         vary(p, "pue", 1.0)
     with pytest.raises(ValueError, match="load must be > 0"):
