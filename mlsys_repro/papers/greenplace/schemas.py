@@ -10,8 +10,8 @@ from omegaconf import MISSING
 from mlsys_repro.common.repro.schema import BaseHardware, BasePolicy, register_schema
 
 MODELS = ("alexnet", "vgg16", "resnet18", "mobilenet_v1")
-HEURISTICS = ("cloud_only", "edge_only", "random", "neurosurgeon", "dads", "greedy_cheapest", "greedy_greenest",
-              "myopic", "lookahead")
+HEURISTICS = ("cloud_only", "edge_only", "random", "neurosurgeon", "neurosurgeon_queue", "dads", "greedy_cheapest",
+              "greedy_greenest", "myopic", "lookahead")
 AGENTS = ("bdq", "flat_dqn", "ppo", "ppo_scorer")
 EXPLORE = ("uniform", "top_k", "boltzmann")
 REWARD_SCALES = ("clip", "symlog")

@@ -199,3 +199,24 @@ def test_partitioners_run_an_all_front_cut_at_the_site():
         a = policy(None, None, state, p)
         assert [int(x) for x in a] == [2, 0, 0]  # all in front, at the site
         assert bool(ENV.placeable(state, p, a))
+
+
+def test_load_adaptive_neurosurgeon_follows_the_queues():
+    """Idle: the latency-optimal cut, as Neurosurgeon's (all on the cloud, 6x faster); with the site's FIFO uplink
+    busy for 100 s it keeps the job at the site, which plain Neurosurgeon (nominal bandwidth) does not; with the
+    site's lane busy instead, the cloud again. Always a site -> cloud prefix cut that the environment accepts."""
+    from mlsys_repro.papers.greenplace.baselines import neurosurgeon, neurosurgeon_queue
+
+    p = tiny_params(link_fifo=jnp.asarray(True))
+    _, s = ENV.reset(jax.random.key(0), p)
+    s = s.replace(site=jnp.int32(0), model=jnp.int32(0), batch=jnp.float32(10.0), t=jnp.float32(0.0))
+    act = jax.jit(neurosurgeon_queue)
+    idle = act(None, None, s, p)
+    assert [int(x) for x in idle] == [int(x) for x in neurosurgeon(None, None, s, p)] == [0, 0, 1]
+    up_busy = s.replace(link_free_at=s.link_free_at.at[0, 0].set(100.0))
+    assert [int(x) for x in act(None, None, up_busy, p)] == [2, 0, 0]
+    assert [int(x) for x in neurosurgeon(None, None, up_busy, p)] == [0, 0, 1]
+    lane_busy = up_busy.replace(link_free_at=s.link_free_at, free_at=s.free_at.at[0, 0].set(100.0))
+    assert [int(x) for x in act(None, None, lane_busy, p)] == [0, 0, 1]
+    for st in (s, up_busy, lane_busy):
+        assert bool(ENV.placeable(st, p, act(None, None, st, p)))
