@@ -210,5 +210,6 @@ def make_lookahead(candidates: int, rollouts: int, horizon: int, gamma: float) -
 
 HEURISTIC_POLICIES = {
     "cloud_only": cloud_only, "edge_only": edge_only, "random": random_policy, "neurosurgeon": neurosurgeon,
-    "neurosurgeon_queue": neurosurgeon_queue, "dads": dads, "greedy_cheapest": greedy_cheapest, "greedy_greenest": greedy_greenest, "myopic": myopic,
+    "neurosurgeon_queue": neurosurgeon_queue, "dads": dads, "greedy_cheapest": greedy_cheapest,
+    "greedy_greenest": greedy_greenest, "myopic": myopic,
 }
