@@ -210,6 +210,12 @@ def _plot_headroom(ctx: RunContext, rows, sc: str):
 
     df = pd.DataFrame(rows)
     df = df[(df.metric == "objective_gain_vs_dads") & (df.policy != "dads")]
+    # the scenario itself (load 1) is every trace and bandwidth knob's value 1
+    base = df[(df.knob == "load") & (df.knob_value == 1.0)]
+    has_one = set(df[df.knob_value == 1.0]["knob"])
+    extra = [base.assign(knob=k) for k in dict.fromkeys(df["knob"])
+             if k in ("price_spread", "green_scale", "wan_scale") and k not in has_one]
+    df = pd.concat([df, *extra], ignore_index=True)
     knobs = list(dict.fromkeys(df["knob"]))
     fig, axes = figure(ncols=len(knobs), w=3.6, h=3.2)
     for ax, knob in zip(axes[0], knobs, strict=True):

@@ -220,3 +220,19 @@ def test_load_adaptive_neurosurgeon_follows_the_queues():
     assert [int(x) for x in act(None, None, lane_busy, p)] == [0, 0, 1]
     for st in (s, up_busy, lane_busy):
         assert bool(ENV.placeable(st, p, act(None, None, st, p)))
+
+
+def test_the_contended_regime_is_the_same_in_every_experiment():
+    """The headline's and the pareto front's regime is the headroom's contended knob at load 1 (whose look-ahead
+    headroom the headroom experiment maps); the uncontended sensitivity is the hardware as configured."""
+    from omegaconf import OmegaConf
+
+    from tests.conftest import ROOT
+
+    conf = ROOT / "conf" / "experiment" / "greenplace"
+    want = knob_regime("contended_load", 1.0)
+    for exp in ("headline", "pareto"):
+        r = Regime(**OmegaConf.to_container(OmegaConf.load(conf / f"{exp}.yaml").experiment.params.regime))
+        assert (r.name, r.wan_scale, r.link_fifo, r.load) == ("contended", want.wan_scale, True, want.load), exp
+    r = OmegaConf.load(conf / "uncontended.yaml").experiment.params.regime
+    assert Regime(**OmegaConf.to_container(r)) == Regime()
