@@ -236,3 +236,25 @@ def test_the_contended_regime_is_the_same_in_every_experiment():
         assert (r.name, r.wan_scale, r.link_fifo, r.load) == ("contended", want.wan_scale, True, want.load), exp
     r = OmegaConf.load(conf / "uncontended.yaml").experiment.params.regime
     assert Regime(**OmegaConf.to_container(r)) == Regime()
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_learning_rows_carry_the_start_and_the_start_gate(warm):
+    """The curve starts at env_steps 0 with the untrained (or behaviour-cloned) policy; the start comparison is
+    beats_untrained for a cold start and beats_prior for a warm one (gates.py names), beside the required gates."""
+    from mlsys_repro.papers.greenplace.pipeline import learning_rows
+
+    curve = np.array([[3.0, 2.0], [3.0, 4.0]])
+    start = np.array([5.0, 3.5])
+    learn = {"curve": curve, "env_steps": 200, "chunk_steps": 100, "converged": np.array([True, False]),
+             "beats_trivial_on_train": np.array([True, False]), "beats_myopic_on_train": np.array([False, False]),
+             "myopic_train_objective": np.array([1.0, 1.0]), "start_train_objective": start, "warm_start": warm,
+             "beats_start_on_train": curve[:, -1] < start}
+    rows = learning_rows("bdq", learn, [0, 1], scenario="s", regime="r")
+    got = {(r["metric"], r.get("env_steps"), r["seed"]): r["value"] for r in rows}
+    assert got[("greedy_train_objective", 0, 0)] == 5.0 and got[("greedy_train_objective", 200, 1)] == 4.0
+    gate = "beats_prior" if warm else "beats_untrained"
+    other = "beats_untrained" if warm else "beats_prior"
+    assert got[(gate, None, 0)] == 1.0 and got[(gate, None, 1)] == 0.0
+    assert not any(r["metric"] == other for r in rows)
+    assert all(r["regime"] == "r" for r in rows)
