@@ -9,6 +9,9 @@ papers assume; none looks at future prices or arrivals.
 * ``random``: uniform over the *joint* valid actions.
 * ``neurosurgeon`` (Kang et al., ASPLOS 2017): latency-optimal single cut between the source site and the cloud,
   over the prefix cuts, per-frame latency from the regressors (no queues, no prices).
+* ``neurosurgeon_queue``: Neurosurgeon adapting to network and server load (its paper re-picks the cut as they
+  change), with the environment's queue model: the prefix cut between the site and the cloud with the lowest
+  predicted JCT given the current lane and WAN-link queues (cost-blind).
 * ``dads`` (Hu et al., INFOCOM 2019): the min-cut partition (DSL, light load) of the layer DAG between the source
   site and the cloud, or the cut minimising the slowest of the edge, transfer and cloud stages (DSH, heavy load,
   solved exactly over the candidates); the load test picks the mode whose predicted pipeline time for the job's
@@ -92,6 +95,20 @@ def neurosurgeon(key, obs, state: EnvState, params: EnvParams):
     t_e, tx, t_c = _per_frame_stages(state, params, s, r)
     ok = _fits(state, params, s, r) & params.is_prefix[state.model]
     return _site_cloud(state, params, masked_argmax(-(t_e + tx + t_c), ok))
+
+
+def neurosurgeon_queue(key, obs, state: EnvState, params: EnvParams):
+    """Neurosurgeon adapting to load: its partition re-chosen for the current network and server load (Kang et al.
+    re-select the cut as the measured bandwidth and the datacenter's load change), here with the environment's exact
+    queue model: among the prefix cuts between the job's site and the cloud, the one with the lowest predicted JCT
+    for this job given the current lane and WAN-link queues. Cost-blind, as Neurosurgeon is."""
+    outs = action_outcomes(state, params)
+    acts = all_actions(params)
+    m, s = state.model, state.site
+    c = acts[:, 0]
+    back = jnp.where(params.back_empty[m, c], s, params.cloud)
+    ok = valid_actions(state, params) & params.is_prefix[m, c] & (acts[:, 1] == s) & (acts[:, 2] == back)
+    return acts[masked_argmax(-outs.jct, ok)]
 
 
 def dads(key, obs, state: EnvState, params: EnvParams):
@@ -193,5 +210,6 @@ def make_lookahead(candidates: int, rollouts: int, horizon: int, gamma: float) -
 
 HEURISTIC_POLICIES = {
     "cloud_only": cloud_only, "edge_only": edge_only, "random": random_policy, "neurosurgeon": neurosurgeon,
-    "dads": dads, "greedy_cheapest": greedy_cheapest, "greedy_greenest": greedy_greenest, "myopic": myopic,
+    "neurosurgeon_queue": neurosurgeon_queue, "dads": dads, "greedy_cheapest": greedy_cheapest,
+    "greedy_greenest": greedy_greenest, "myopic": myopic,
 }

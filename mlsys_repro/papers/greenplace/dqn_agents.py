@@ -16,7 +16,9 @@ The recipe's parts, each a policy field (``conf/policy/greenplace/{bdq,flat_dqn}
 * ``target_tau``: soft (Polyak) target updates after every step instead of a hard copy every ``target_period``.
 * ``explore="top_k"``: an epsilon draw picks uniformly among the ``top_k`` valid joint actions with the lowest
   predicted objective (the environment's own one-job model, :mod:`mlsys_repro.papers.greenplace.features`), so
-  exploration never parks a large job on a one-lane edge node where every later job would queue behind it.
+  exploration never parks a large job on a one-lane edge node where every later job would queue behind it;
+  ``explore="boltzmann"`` draws among the same ``top_k`` with probabilities ``softmax(-objective / temperature)``
+  (:func:`boltzmann_explore`).
 * ``action_features``: the observation carries those predictions per cut and per (cut, node)
   (:func:`mlsys_repro.papers.greenplace.features.action_tables`).
 * ``cut_conditioned`` (BDQ): the node branches are conditioned on the chosen cut and read that cut's row of the
@@ -156,12 +158,13 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
     v_mask = jax.vmap(env.action_mask, in_axes=(0, None))
     greedy = _greedy(kind, graphdef, nvec, policy)
     n = policy.n_step
-    capacity = max(policy.buffer_size // num_envs, n + 1) * num_envs
+    # a buffer never holds more than training writes (iterations x num_envs): the same draws, less memory
+    capacity = max(min(policy.buffer_size, iterations * num_envs) // num_envs, n + 1) * num_envs
     conditioned = kind == "bdq" and policy.cut_conditioned
 
     def observe(obs, env_state, p):
         """The agent's observations [num_envs, ...] and, for top-k exploration, predicted objectives [num_envs, A]."""
-        if not (policy.action_features or policy.explore == "top_k"):
+        if not (policy.action_features or policy.explore in ("top_k", "boltzmann")):
             return obs, None
         pred, valid = jax.vmap(predicted_objective, in_axes=(0, None))(env_state, p)
         if policy.action_features:
@@ -172,6 +175,10 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
         a, q = greedy(params, obs, mask)
         if policy.explore == "top_k":
             flat = top_k_explore(key, flatten_action(a, nvec), -pred[0], pred[1], policy.top_k, epsilon)
+            return unflatten_action(flat, nvec)
+        if policy.explore == "boltzmann":
+            flat = boltzmann_explore(key, flatten_action(a, nvec), pred[0], pred[1], policy.top_k,
+                                     policy.temperature, epsilon)
             return unflatten_action(flat, nvec)
         if kind == "bdq" and not conditioned:
             return branch_epsilon_greedy(key, q, mask, epsilon)
@@ -202,18 +209,20 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
         y = jax.vmap(double_q_target)(ret, disc, q_next, q_targ, nm)
         return td_loss(q, flatten_action(action, nvec), y, policy.huber_delta)
 
-    def update(ts: DQNState, key) -> tuple[DQNState, jax.Array]:
-        window = replay_sample_windows(ts.buffer, key, policy.batch_size, num_envs, n + 1)
-        loss, grads = jax.value_and_grad(loss_fn)(ts.params, ts.target, window)
-        upd, opt_state = tx.update(grads, ts.opt_state, ts.params)
-        params = optax.apply_updates(ts.params, upd)
-        updates = ts.updates + 1
+    def update(nets, key, buffer: ReplayState):
+        """One gradient step on (params, target, opt_state, updates); the buffer is read, never carried."""
+        params, target, opt_state, updates = nets
+        window = replay_sample_windows(buffer, key, policy.batch_size, num_envs, n + 1)
+        loss, grads = jax.value_and_grad(loss_fn)(params, target, window)
+        upd, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, upd)
+        updates = updates + 1
         if policy.target_tau > 0:
-            target = polyak(params, ts.target, policy.target_tau)
+            target = polyak(params, target, policy.target_tau)
         else:
             copy = updates % policy.target_period == 0
-            target = jax.tree.map(lambda p, t: jnp.where(copy, p, t), params, ts.target)
-        return ts.replace(params=params, target=target, opt_state=opt_state, updates=updates), loss
+            target = jax.tree.map(lambda p, t: jnp.where(copy, p, t), params, target)
+        return (params, target, opt_state, updates), loss
 
     def iteration(env_params, ts: DQNState):
         key, k_act, k_step, k_upd = jax.random.split(ts.key, 4)
@@ -229,11 +238,19 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
                         iteration=ts.iteration + 1)
         ready = ts.buffer.size >= max(policy.learning_starts, policy.batch_size, (n + 1) * num_envs)
 
-        def do_updates(ts):
-            ts, losses = jax.lax.scan(update, ts, jax.random.split(k_upd, policy.updates_per_iter))
-            return ts, losses.mean()
+        # only the networks pass through the cond: vmapped over seeds, its predicate is batched and the cond
+        # becomes a select of both branches' outputs, which must not include the replay buffer
+        buffer = ts.buffer
 
-        ts, loss = jax.lax.cond(ready, do_updates, lambda ts: (ts, jnp.zeros(())), ts)
+        def do_updates(nets):
+            nets, losses = jax.lax.scan(lambda c, k: update(c, k, buffer), nets,
+                                        jax.random.split(k_upd, policy.updates_per_iter))
+            return nets, losses.mean()
+
+        nets = (ts.params, ts.target, ts.opt_state, ts.updates)
+        nets, loss = jax.lax.cond(ready, do_updates, lambda nets: (nets, jnp.zeros(())), nets)
+        params, target, opt_state, updates = nets
+        ts = ts.replace(params=params, target=target, opt_state=opt_state, updates=updates)
         return ts, {"reward": reward.mean(), "loss": loss, "objective": info["objective"].mean()}
 
     def init(key, params_env) -> DQNState:
@@ -270,6 +287,21 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
     train.env_steps = iterations * num_envs  # type: ignore[attr-defined]
     train.updates = iterations * policy.updates_per_iter  # type: ignore[attr-defined]
     return train
+
+
+def boltzmann_explore(key: jax.Array, greedy: jax.Array, pred: jax.Array, valid: jax.Array, k: int,
+                      temperature: float, epsilon: jax.Array) -> jax.Array:
+    """Boltzmann exploration on the predicted objective: with probability ``epsilon`` a joint action drawn from
+    ``softmax(-(pred - best) / temperature)`` over the ``k`` valid actions with the lowest ``pred`` (flat [A], e.g.
+    the environment's one-job prediction; lower is better), else ``greedy`` (flat index). ``temperature`` -> 0 draws
+    the predicted best (myopic's choice), -> inf uniformly among the ``k`` (``top_k_explore``). Only valid actions
+    are drawn."""
+    k = min(int(k), int(pred.shape[-1]))
+    neg, idx = jax.lax.top_k(jnp.where(valid, -pred, -jnp.inf), k)  # neg[0] = -best
+    logits = jnp.where(jnp.isfinite(neg), (neg - neg[0]) / temperature, -jnp.inf)
+    k1, k2 = jax.random.split(key)
+    pick = idx[jax.random.categorical(k1, logits)]
+    return jnp.where(jax.random.uniform(k2) < epsilon, pick, greedy).astype(jnp.int32)
 
 
 def _reinit(key, x):

@@ -29,9 +29,10 @@ Masks (``action_mask``): a cut exists for the job's model; a node may host a seg
 weights and largest activations fit its memory; an empty segment's node is pinned to the source site. A job no
 action can place (larger than every node) or an invalid action is rejected with ``reject_penalty``.
 
-Reward: -(w_energy * clip(cost / c_norm) + (1 - w_energy) * clip(JCT / t_norm)), both terms clipped at
-``reward_clip``: a placement that queues a job for minutes (an exploring agent's) would otherwise give rewards of
--100 beside the -1 of good placements. The reported objective (``info["objective"]``) is unclipped.
+Reward (:func:`reward`): -(w_energy * f(cost / c_norm) + (1 - w_energy) * f(JCT / t_norm)), both terms clipped at
+``reward_clip`` (or, with ``reward_symlog``, both symlog-scaled): a placement that queues a job for minutes (an
+exploring agent's) would otherwise give rewards of -100 beside the -1 of good placements. The reported objective
+(``info["objective"]``) is unscaled.
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ class EnvParams:
     start_hours: jax.Array  # int32 [S] episode start hours to draw from
     # bool scalar: FIFO WAN links per edge site (see the module docstring); off = no link contention
     link_fifo: jax.Array = struct.field(default_factory=lambda: jnp.asarray(False))
+    # bool scalar: reward terms symlog-scaled (sign(x) log(1 + |x|)) instead of clipped at reward_clip
+    reward_symlog: jax.Array = struct.field(default_factory=lambda: jnp.asarray(False))
     episode_jobs: int = struct.field(pytree_node=False, default=256)
 
 
@@ -238,6 +241,17 @@ def objective(outcome: Outcome, params: EnvParams) -> jax.Array:
     return params.w_energy * outcome.cost / params.c_norm + (1.0 - params.w_energy) * outcome.jct / params.t_norm
 
 
+def reward(outcome: Outcome, params: EnvParams) -> jax.Array:
+    """The reward of an accepted placement: -(w * f(cost / c_norm) + (1 - w) * f(JCT / t_norm)), with f a clip at
+    +-reward_clip (JCT at [0, reward_clip]) or, with ``reward_symlog``, ``symlog`` (no bound, logarithmic beyond
+    1). Either way both terms are scaled alike, so a job queued for minutes cannot outweigh hundreds of good ones."""
+    cost_n, jct_n = outcome.cost / params.c_norm, outcome.jct / params.t_norm
+    clipped = (jnp.clip(cost_n, -params.reward_clip, params.reward_clip), jnp.clip(jct_n, 0.0, params.reward_clip))
+    cost_s, jct_s = (jnp.where(params.reward_symlog, symlog(x), c) for x, c in zip((cost_n, jct_n), clipped,
+                                                                                    strict=True))
+    return -(params.w_energy * cost_s + (1.0 - params.w_energy) * jct_s)
+
+
 def inverse_cdf(probs: jax.Array, u: jax.Array) -> jax.Array:
     """Index drawn from the categorical ``probs`` (unnormalised, >= 0) by a uniform ``u`` in [0, 1): the first
     index whose cumulative share exceeds ``u``. Zero-probability entries are never drawn (the last cumulative
@@ -319,10 +333,7 @@ class PlacementEnv(Environment[EnvState, EnvParams]):
     def step_env(self, key, state: EnvState, action: jax.Array, params: EnvParams):
         ok = self.placeable(state, params, action)
         out = place(state, params, action)
-        cost_n = jnp.clip(out.cost / params.c_norm, -params.reward_clip, params.reward_clip)
-        jct_n = jnp.clip(out.jct / params.t_norm, 0.0, params.reward_clip)
-        r = -(params.w_energy * cost_n + (1.0 - params.w_energy) * jct_n)
-        reward = jnp.where(ok, r, -params.reject_penalty)
+        r = jnp.where(ok, reward(out, params), -params.reject_penalty)
         okf = ok.astype(jnp.float32)
         info = {
             "jct": out.jct * okf, "cost": out.cost * okf, "energy_kwh": out.energy_kwh * okf,
@@ -340,7 +351,7 @@ class PlacementEnv(Environment[EnvState, EnvParams]):
         gap = -jnp.log1p(-u[3]) / rate  # exponential inter-arrival time
         state = self._sample_job(u, state, params, state.t + gap)
         done = state.step >= params.episode_jobs
-        return self.get_obs(state, params), state, reward, done, info
+        return self.get_obs(state, params), state, r, done, info
 
     def get_obs(self, state: EnvState, params: EnvParams) -> jax.Array:
         m, s = state.model, state.site

@@ -1,9 +1,12 @@
 """greenplace experiments: train on 2022 traces, evaluate on 2023 (unseen), several regions.
 
-* ``headline``: every policy (BDQ, factorised PPO, flat DQN, the baselines) in every scenario at one reward weight;
-  energy cost, mean / p95 JCT, energy, CO2, renewable utilisation; bars and the per-hour placement plot.
+* ``headline`` (also the ``uncontended`` experiment, the same function in another regime): every policy (BDQ, flat
+  DQN, the action-scoring agents, the baselines, the model-based references) in every scenario of the experiment's
+  regime at one reward weight; energy cost, mean / p95 JCT, energy, CO2, renewable utilisation; learning curves and
+  training gates of the agents; bars and the per-hour placement plot.
 * ``pareto``: BDQ trained for each reward weight w_energy in one scenario (the cost / JCT trade-off front), with
   the baselines' points.
+* ``headroom``: the model-based references against DADS as one scenario knob at a time varies.
 * ``latency_calibration``: held-out error of the per-layer latency regressors and each model's profile.
 
 What the experiments share (training, greedy evaluation, learning curves and gates, result rows) is in
@@ -27,34 +30,42 @@ from mlsys_repro.papers.greenplace.pipeline import (
     policy_rows,
     train_and_evaluate,
 )
-from mlsys_repro.papers.greenplace.scenario import vary
+from mlsys_repro.papers.greenplace.scenario import REGIME_KNOBS, knob_regime, vary
+
+
+def _runs_in(ctx: RunContext, name: str, scenario) -> bool:
+    """Whether policy ``name`` runs in ``scenario`` (``params.policy_scenarios``; unlisted policies run in all)."""
+    only = ctx.params.policy_scenarios.get(name)
+    return only is None or scenario.name in only
 
 
 def headline(ctx: RunContext):
-    """All policies, all scenarios, w_energy = params.w_energy[0]; train 2022, evaluate 2023."""
+    """All policies, all scenarios, in the experiment's regime (rows carry ``regime``), w_energy =
+    params.w_energy[0]; train 2022, evaluate 2023. A policy listed in ``params.policy_scenarios`` runs only in the
+    scenarios named there."""
     w = world(ctx)
     wt = float(ctx.params.w_energy[0])
     seeds = ctx.seeds()
     rows = []
     hourly = {}
-    total = len(ctx.params.scenarios) * len(ctx.policies)
-    ctx.progress.start(total, "policy x scenario")
-    for sc in ctx.params.scenarios:
-        for name, pol in ctx.policies.items():
-            if pol.kind in RL_KINDS:
-                res = train_and_evaluate(w, sc, pol, seeds, [wt], ctx)[wt]
-                metrics, info = res[0], res[1]
-                rows += metric_rows(name, {"train_final_objective": (res[2]["objective"][:, -50:].mean(1),
-                                                                     "normalised")}, seeds=seeds,
-                                    scenario=sc.name)
-                rows += learning_rows(name, res[3], seeds, scenario=sc.name)
-                if pol.kind == "bdq":
-                    hourly[sc.name] = hourly_profile(info, w.eval_params(sc, wt)[0])
-            else:
-                metrics, _ = evaluate_heuristic(ctx, w, sc, name, pol, seeds, wt)
-            rows += policy_rows(name, metrics, seeds, scenario=sc.name)
-            ctx.progress.update(note=f"{sc.name}/{name}: cost {metrics['energy_cost_usd_per_1k_jobs'].mean():.4f} "
-                                     f"USD/1k, JCT {metrics['mean_jct_s'].mean():.1f} s")
+    cells = [(sc, name, pol) for sc in ctx.params.scenarios for name, pol in ctx.policies.items()
+             if _runs_in(ctx, name, sc)]
+    ctx.progress.start(len(cells), "policy x scenario")
+    for sc, name, pol in cells:
+        cond = {"scenario": sc.name, "regime": w.regime.name}
+        if pol.kind in RL_KINDS:
+            res = train_and_evaluate(w, sc, pol, seeds, [wt], ctx)[wt]
+            metrics, info = res[0], res[1]
+            rows += metric_rows(name, {"train_final_objective": (res[2]["objective"][:, -50:].mean(1),
+                                                                 "normalised")}, seeds=seeds, **cond)
+            rows += learning_rows(name, res[3], seeds, **cond)
+            if pol.kind == "bdq":
+                hourly[sc.name] = hourly_profile(info, w.eval_params(sc, wt)[0])
+        else:
+            metrics, _ = evaluate_heuristic(ctx, w, sc, name, pol, seeds, wt)
+        rows += policy_rows(name, metrics, seeds, **cond)
+        ctx.progress.update(note=f"{sc.name}/{name}: cost {metrics['energy_cost_usd_per_1k_jobs'].mean():.4f} "
+                                 f"USD/1k, JCT {metrics['mean_jct_s'].mean():.1f} s")
     _plot_headline(ctx, rows)
     if hourly:
         _plot_hourly(ctx, hourly)
@@ -68,16 +79,17 @@ def pareto(ctx: RunContext):
     seeds = ctx.seeds()
     weights = [float(x) for x in ctx.params.w_energy]
     rows = []
+    cond = {"scenario": sc.name, "regime": w.regime.name}
     ctx.progress.start(len(ctx.policies), "policies")
     for name, pol in ctx.policies.items():
         if pol.kind in RL_KINDS:
             for wt, (metrics, _, _, learn) in train_and_evaluate(w, sc, pol, seeds, weights, ctx).items():
-                rows += policy_rows(name, metrics, seeds, scenario=sc.name, w_energy=wt)
-                rows += learning_rows(name, learn, seeds, scenario=sc.name, w_energy=wt)
+                rows += policy_rows(name, metrics, seeds, **cond, w_energy=wt)
+                rows += learning_rows(name, learn, seeds, **cond, w_energy=wt)
         else:
             for wt in weights:
                 metrics, _ = evaluate_heuristic(ctx, w, sc, name, pol, seeds, wt)
-                rows += policy_rows(name, metrics, seeds, scenario=sc.name, w_energy=wt)
+                rows += policy_rows(name, metrics, seeds, **cond, w_energy=wt)
         ctx.progress.update(note=name)
     _plot_pareto(ctx, rows, sc.name)
     return rows
@@ -86,9 +98,12 @@ def pareto(ctx: RunContext):
 def headroom(ctx: RunContext):
     """Where can looking ahead pay? The model-based references (myopic, the look-ahead planner) against DADS and
     Neurosurgeon in the first scenario, one knob of the scenario varied at a time (price spread, renewable
-    capacity, WAN bandwidth, load), evaluated on the evaluation year. Rows carry ``knob`` and ``knob_value``;
-    ``beats_dads_on_both`` is 1 where a policy's energy cost and mean JCT are both below DADS's, with no more
-    rejected jobs (same seed); ``objective_gain_vs_dads`` is DADS's objective minus the policy's."""
+    capacity, WAN bandwidth, load, the contended regime's load), evaluated on the evaluation year. The knobs that
+    change the hardware are built as regimes (:func:`mlsys_repro.papers.greenplace.scenario.knob_regime`: model
+    tables and DADS's min-cut at their bandwidth; the reward normalisers of the scenario's own regime). Rows carry
+    ``knob`` and ``knob_value``; ``beats_dads_on_both`` is 1 where a policy's energy cost and mean JCT are both below
+    DADS's, with no more rejected jobs (same seed); ``objective_gain_vs_dads`` is DADS's objective minus the
+    policy's (a difference: with a wide price spread objectives reach zero and go negative)."""
     w = world(ctx)
     sc = ctx.params.scenarios[0]
     seeds = ctx.seeds()
@@ -98,7 +113,10 @@ def headroom(ctx: RunContext):
     ctx.progress.start(len(conds), "knob x value")
     rows = []
     for knob, value in conds:
-        params = vary(base, knob, value)
+        if knob in REGIME_KNOBS:
+            params = world(ctx, knob_regime(knob, value)).eval_params(sc, wt)[0]
+        else:
+            params = vary(base, knob, value)
         res = {name: evaluate_heuristic(ctx, w, sc, name, pol, seeds, wt, params=params)[0]
                for name, pol in ctx.policies.items()}
         ref = res.get("dads")
@@ -111,7 +129,7 @@ def headroom(ctx: RunContext):
                 extra = {"beats_dads_on_both": (both.astype(float), "0/1"),
                          "objective_gain_vs_dads": (ref["objective"] - m["objective"], "normalised")}
             rows += metric_rows(name, {**{k: (m[k], METRICS[k]) for k in METRICS}, **extra}, seeds=seeds,
-                                scenario=sc.name, knob=knob, knob_value=value)
+                                scenario=sc.name, regime=w.regime.name, knob=knob, knob_value=value)
         ctx.progress.update(note=f"{knob}={value:g}: " + ", ".join(
             f"{n} {res[n]['objective'].mean():.3f}" for n in res))
     _plot_headroom(ctx, rows, sc.name)
@@ -192,6 +210,12 @@ def _plot_headroom(ctx: RunContext, rows, sc: str):
 
     df = pd.DataFrame(rows)
     df = df[(df.metric == "objective_gain_vs_dads") & (df.policy != "dads")]
+    # the scenario itself (load 1) is every trace and bandwidth knob's value 1
+    base = df[(df.knob == "load") & (df.knob_value == 1.0)]
+    has_one = set(df[df.knob_value == 1.0]["knob"])
+    extra = [base.assign(knob=k) for k in dict.fromkeys(df["knob"])
+             if k in ("price_spread", "green_scale", "wan_scale") and k not in has_one]
+    df = pd.concat([df, *extra], ignore_index=True)
     knobs = list(dict.fromkeys(df["knob"]))
     fig, axes = figure(ncols=len(knobs), w=3.6, h=3.2)
     for ax, knob in zip(axes[0], knobs, strict=True):

@@ -6,10 +6,13 @@
 * :func:`env_params`: nodes, links (FIFO WAN links when ``hw.link_fifo``), hourly price / renewable power / carbon
   of each node's region for one year, the job arrival rate shaped by the building-load profile, and the reward
   normalisers.
+* Regimes (:func:`regime_hardware`, :func:`with_load`): the hardware with a scaled WAN and FIFO links, the arrival
+  rate scaled; the headroom knobs (:func:`vary` for traces and load, :func:`knob_regime` for the hardware).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -21,7 +24,7 @@ from mlsys_repro.papers.greenplace.env import EnvParams
 from mlsys_repro.papers.greenplace.latency import DEVICES, LatencyModel, layer_latency_s
 from mlsys_repro.papers.greenplace.models import profile
 from mlsys_repro.papers.greenplace.partition import closed, dads_min_cut, prefix_sets, segment_stats
-from mlsys_repro.papers.greenplace.schemas import EdgeCloudHardware, PlacementParams, Scenario
+from mlsys_repro.papers.greenplace.schemas import EdgeCloudHardware, PlacementParams, Regime, Scenario
 
 GB = 1e9
 
@@ -165,19 +168,32 @@ def reward_norms(tables: ModelTables, nodes: Mapping[str, np.ndarray], p: Placem
     return c_norm, t_norm
 
 
-def env_params(hw: EdgeCloudHardware, traces: EnergyTraces, tables: ModelTables, p: PlacementParams,
-               scenario: Scenario, year: int, w_energy: float, episode_jobs: int,
-               start_hours: np.ndarray | None = None) -> EnvParams:
-    """EnvParams of ``scenario`` in ``year``; reward normalisers always come from ``p.train_year``."""
-    for y in {year, p.train_year}:
+def scenario_norms(hw: EdgeCloudHardware, traces: EnergyTraces, tables: ModelTables, p: PlacementParams,
+                   scenario: Scenario) -> tuple[float, float]:
+    """The reward normalisers (c_norm, t_norm) of ``scenario`` on ``hw`` (:func:`reward_norms`, training year)."""
+    _check_regions(traces, scenario, (p.train_year,))
+    train = node_traces(hw, traces.regions[(scenario.city, p.train_year)],
+                        traces.regions[(scenario.cloud, p.train_year)])
+    return reward_norms(tables, _node_arrays(hw), p, train["price"])
+
+
+def _check_regions(traces: EnergyTraces, scenario: Scenario, years) -> None:
+    for y in years:
         for r in (scenario.city, scenario.cloud):
             if (r, y) not in traces.regions:
                 raise KeyError(f"trace lacks region {r} year {y} (have {sorted(traces.regions)})")
+
+
+def env_params(hw: EdgeCloudHardware, traces: EnergyTraces, tables: ModelTables, p: PlacementParams,
+               scenario: Scenario, year: int, w_energy: float, episode_jobs: int,
+               start_hours: np.ndarray | None = None, norms: tuple[float, float] | None = None) -> EnvParams:
+    """EnvParams of ``scenario`` in ``year`` on ``hw``. Reward normalisers come from ``p.train_year``: ``norms`` if
+    given (a regime keeps those of its base hardware, :func:`regime_hardware`), else :func:`scenario_norms` of
+    ``hw``."""
+    _check_regions(traces, scenario, {year, p.train_year})
     nodes = _node_arrays(hw)
     tr = node_traces(hw, traces.regions[(scenario.city, year)], traces.regions[(scenario.cloud, year)])
-    train = node_traces(hw, traces.regions[(scenario.city, p.train_year)],
-                        traces.regions[(scenario.cloud, p.train_year)])
-    c_norm, t_norm = reward_norms(tables, nodes, p, train["price"])
+    c_norm, t_norm = norms if norms is not None else scenario_norms(hw, traces, tables, p, scenario)
     hours = tr["price"].shape[0]
     load = traces.profiles.get("arrivals")
     if load is None:
@@ -206,7 +222,7 @@ def env_params(hw: EdgeCloudHardware, traces: EnergyTraces, tables: ModelTables,
         w_energy=f(w_energy), c_norm=f(c_norm), t_norm=f(t_norm),
         reward_clip=f(p.reward_clip), reject_penalty=f(p.reject_penalty),
         start_hours=f(start_hours, jnp.int32), link_fifo=jnp.asarray(bool(hw.link_fifo)),
-        episode_jobs=int(episode_jobs),
+        reward_symlog=jnp.asarray(p.reward_scale == "symlog"), episode_jobs=int(episode_jobs),
     )
 
 
@@ -219,36 +235,56 @@ def eval_start_hours(hours: int, episodes: int) -> np.ndarray:
 
 KNOBS = ("price_spread", "green_scale", "wan_scale", "load", "contended_load")
 CONTENDED_WAN = 0.25  # contended regime [ours]: WAN x0.25 (12.5 Mbps, Neurosurgeon's LTE/Wi-Fi uplinks are 1-19)
+REGIME_KNOBS = ("wan_scale", "contended_load")  # knobs that change the hardware (headroom builds them as regimes)
+
+
+def regime_hardware(hw: EdgeCloudHardware, regime: Regime) -> EdgeCloudHardware:
+    """``hw`` in ``regime``: WAN bandwidth x ``regime.wan_scale``, FIFO WAN links if ``regime.link_fifo``. (The
+    arrival rate x ``regime.load`` is applied to the environment parameters, :func:`with_load`.)"""
+    if regime.wan_scale == 1.0 and regime.link_fifo == hw.link_fifo:
+        return hw
+    return dataclasses.replace(hw, wan_mbps=hw.wan_mbps * regime.wan_scale, link_fifo=bool(regime.link_fifo))
+
+
+def with_load(params: EnvParams, load: float) -> EnvParams:
+    """The job arrival rate x ``load`` (unchanged for 1)."""
+    return params if load == 1.0 else params.replace(rate=params.rate * jnp.float32(load))
+
+
+def knob_regime(knob: str, value: float) -> Regime:
+    """The regime a hardware-changing headroom knob stands for: ``wan_scale`` (WAN bandwidth x value, links
+    uncontended) or ``contended_load`` (the contended regime [ours]: one FIFO uplink and downlink per site at
+    ``CONTENDED_WAN`` x the WAN bandwidth, arrival rate x value; value 1 is the contended regime itself). Built on
+    the hardware, so DADS's min-cut and every model table are those of the regime's bandwidth."""
+    if knob not in REGIME_KNOBS:
+        raise KeyError(f"{knob!r} is not a hardware knob; those are {REGIME_KNOBS}")
+    if not value > 0:
+        raise ValueError(f"{knob} must be > 0, got {value}")
+    if knob == "wan_scale":
+        return Regime(name=f"wan_x{value:g}", wan_scale=float(value))
+    return Regime(name=f"contended_x{value:g}", wan_scale=CONTENDED_WAN, link_fifo=True, load=float(value))
 
 
 def vary(params: EnvParams, knob: str, value: float) -> EnvParams:
-    """A variant of the scenario for the headroom sweep (``value = 1`` returns the scenario unchanged):
+    """A variant of the scenario for the headroom sweep, on its environment parameters (``value = 1`` returns the
+    scenario unchanged):
 
     * ``price_spread``: each node's hourly price stretched about its yearly mean by ``value``;
     * ``green_scale``: renewable capacity times ``value``;
-    * ``wan_scale``: edge <-> cloud bandwidth times ``value``;
-    * ``load``: job arrival rate times ``value``;
-    * ``contended_load`` [ours]: the contended regime at arrival rate times ``value``: one FIFO uplink and downlink
-      per site (``link_fifo``) at ``CONTENDED_WAN`` times the WAN bandwidth, so a job's transfers wait for the
-      jobs before it and a placement changes later jobs' JCT (``value = 1`` is the contended regime itself).
-    """
+    * ``load``: job arrival rate times ``value``.
+
+    The knobs that change the hardware (``wan_scale``, ``contended_load``) are regimes (:func:`knob_regime`), built
+    with the model tables of their bandwidth."""
+    if knob in REGIME_KNOBS:
+        raise KeyError(f"{knob!r} changes the hardware: build it as a regime (knob_regime), not with vary")
     if knob not in KNOBS:
         raise KeyError(f"unknown headroom knob {knob!r}; known {KNOBS}")
-    positive = ("wan_scale", "load", "contended_load")
-    if not value >= 0 or (knob in positive and value <= 0):
-        raise ValueError(f"{knob} must be {'> 0' if knob in positive else '>= 0'}, got {value}")
+    if not value >= 0 or (knob == "load" and value <= 0):
+        raise ValueError(f"{knob} must be {'> 0' if knob == 'load' else '>= 0'}, got {value}")
     v = jnp.float32(value)
     if knob == "price_spread":
         mean = params.price.mean(0, keepdims=True)
         return params.replace(price=mean + v * (params.price - mean))
     if knob == "green_scale":
         return params.replace(green_kw=params.green_kw * v)
-    if knob == "load":
-        return params.replace(rate=params.rate * v)
-    if knob == "contended_load":
-        slow = vary(params, "wan_scale", CONTENDED_WAN)
-        return slow.replace(rate=params.rate * v, link_fifo=jnp.asarray(True))
-    n = params.dev.shape[0]
-    is_cloud = jnp.arange(n) == params.cloud
-    wan = is_cloud[:, None] != is_cloud[None, :]
-    return params.replace(bw=jnp.where(wan, params.bw * v, params.bw))
+    return params.replace(rate=params.rate * v)

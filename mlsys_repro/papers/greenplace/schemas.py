@@ -10,9 +10,11 @@ from omegaconf import MISSING
 from mlsys_repro.common.repro.schema import BaseHardware, BasePolicy, register_schema
 
 MODELS = ("alexnet", "vgg16", "resnet18", "mobilenet_v1")
-HEURISTICS = ("cloud_only", "edge_only", "random", "neurosurgeon", "dads", "greedy_cheapest", "greedy_greenest",
-              "myopic", "lookahead")
+HEURISTICS = ("cloud_only", "edge_only", "random", "neurosurgeon", "neurosurgeon_queue", "dads", "greedy_cheapest",
+              "greedy_greenest", "myopic", "lookahead")
 AGENTS = ("bdq", "flat_dqn", "ppo", "ppo_scorer")
+EXPLORE = ("uniform", "top_k", "boltzmann")
+REWARD_SCALES = ("clip", "symlog")
 
 
 def _positive(where: str, **values: float) -> None:
@@ -106,7 +108,9 @@ class PlacementPolicy(BasePolicy):
     n_step: int = 1  # n-step returns, read from windows of each environment's consecutive transitions
     target_tau: float = 0.0  # > 0: soft (Polyak) target update every step; 0: hard copy every target_period
     act_on_target: bool = False  # the greedy (evaluated) policy reads the target network, a Polyak average
-    explore: str = "uniform"  # epsilon draws: "uniform" over valid actions, or "top_k" of the predicted objective
+    explore: str = "uniform"  # epsilon draws: "uniform" over valid actions, "top_k" (uniform among the top_k
+    # actions by predicted objective) or "boltzmann" (softmax of minus the predicted objective / temperature over them)
+    temperature: float = 0.1  # explore="boltzmann": in normalised objective units
     action_features: bool = False  # observation + per-action predicted objectives (features.action_tables)
     cut_conditioned: bool = False  # bdq: node branches conditioned on the chosen cut (autoregressive branches)
     torso: list[int] = field(default_factory=lambda: [256, 256])
@@ -138,8 +142,9 @@ class PlacementPolicy(BasePolicy):
                   plan_candidates=self.plan_candidates, plan_rollouts=self.plan_rollouts,
                   plan_horizon=self.plan_horizon)
         _positive(f"policy {self.name!r}", updates_per_iter=self.updates_per_iter, n_step=self.n_step)
-        if self.explore not in ("uniform", "top_k"):
-            raise ValueError(f"policy {self.name!r}: explore must be 'uniform' or 'top_k', got {self.explore!r}")
+        if self.explore not in EXPLORE:
+            raise ValueError(f"policy {self.name!r}: explore must be one of {EXPLORE}, got {self.explore!r}")
+        _positive(f"policy {self.name!r}", temperature=self.temperature)
         if not 0 <= self.target_tau <= 1:
             raise ValueError(f"policy {self.name!r}: target_tau must be in [0, 1], got {self.target_tau}")
         if self.bc_steps < 0:
@@ -161,6 +166,24 @@ class Scenario:
 
 
 @dataclass
+class Regime:
+    """The network and load regime the scenarios run in [ours], on top of the hardware config: WAN bandwidth x
+    ``wan_scale``, one FIFO uplink and downlink per edge site when ``link_fifo`` (transfers wait for each other), and
+    the job arrival rate x ``load``. The reward normalisers stay those of the hardware as configured (the regime with
+    scale 1, no FIFO links), so objectives are in the same unit in every regime. Rows carry ``regime = name``."""
+
+    name: str = "uncontended"
+    wan_scale: float = 1.0
+    link_fifo: bool = False
+    load: float = 1.0
+
+    def __post_init__(self) -> None:
+        _positive(f"regime {self.name!r}", wan_scale=self.wan_scale, load=self.load)
+        if not isinstance(self.link_fifo, bool):
+            raise ValueError(f"regime {self.name!r}: link_fifo must be true or false, got {self.link_fifo!r}")
+
+
+@dataclass
 class PlacementParams:
     """Parameters shared by the greenplace experiments (see conf/experiment/greenplace/*.yaml)."""
 
@@ -174,6 +197,7 @@ class PlacementParams:
     jobs_per_hour: float = 360.0  # mean arrival rate, shaped by the building-load profile
     w_energy: list[float] = field(default_factory=lambda: [0.5])  # reward weights (one agent per weight)
     reward_clip: float = 10.0
+    reward_scale: str = "clip"  # each reward term: "clip" at +-reward_clip, or "symlog" (sign(x) log(1 + |x|))
     reject_penalty: float = 5.0
     episode_jobs: int = 256
     train_iterations: int = 2000  # replay agents (bdq, flat_dqn): iterations x environments
@@ -186,6 +210,10 @@ class PlacementParams:
     curve_jobs: int = 256
     latency_seed: int = 0  # split of the latency tables into fit / held-out rows
     headroom: dict[str, list[float]] = field(default_factory=dict)  # knob -> values (scenario.KNOBS)
+    regime: Regime = field(default_factory=Regime)
+    # policy name -> the scenario names it runs in (a policy not listed runs in every scenario): secondary agents
+    # in fewer regions than the method
+    policy_scenarios: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.models if m not in MODELS]
@@ -210,6 +238,12 @@ class PlacementParams:
         bad = [k for k in self.headroom if k not in knobs]
         if bad:
             raise ValueError(f"unknown headroom knobs {bad}; known {', '.join(knobs)}")
+        if self.reward_scale not in REWARD_SCALES:
+            raise ValueError(f"reward_scale must be one of {REWARD_SCALES}, got {self.reward_scale!r}")
+        names = {s.name for s in self.scenarios}
+        bad = {k: v for k, v in self.policy_scenarios.items() if not set(v) <= names}
+        if bad:
+            raise ValueError(f"policy_scenarios names scenarios that are not in scenarios {sorted(names)}: {bad}")
         if self.train_year == self.eval_year:
             raise ValueError("train_year and eval_year must differ (evaluation is on unseen data)")
 

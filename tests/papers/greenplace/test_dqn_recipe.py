@@ -1,5 +1,5 @@
-"""BDQ's training recipe (issue #46): root-conditioned branches, top-k exploration, soft targets, windowed replay
-for n-step returns, clipped rewards, per-action tables in the observation."""
+"""BDQ's training recipe: root-conditioned branches, top-k and Boltzmann exploration, soft targets, windowed replay
+for n-step returns, clipped or symlog-scaled rewards, per-action tables in the observation."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from mlsys_repro.common.rl.dqn import ConditionedBranchingQNetwork, conditioned_
 from mlsys_repro.common.rl.env import BranchMask, is_valid
 from mlsys_repro.common.rl.replay import replay_add, replay_init, replay_sample_windows
 from mlsys_repro.papers.greenplace import dqn_agents
-from mlsys_repro.papers.greenplace.env import PlacementEnv, place
+from mlsys_repro.papers.greenplace.dqn_agents import boltzmann_explore
+from mlsys_repro.papers.greenplace.env import Outcome, PlacementEnv, place, reward
 from mlsys_repro.papers.greenplace.features import action_tables, predicted_objective, table_size
 from mlsys_repro.papers.greenplace.schemas import PlacementPolicy
 from tests.papers.greenplace.tiny import tiny_params
@@ -174,3 +175,87 @@ def test_recipe_agent_observes_the_tables_and_explores_only_valid_actions():
     assert np.isfinite(np.asarray(curves["loss"])).all()
     assert float(np.asarray(curves["objective"]).max()) < float(p.reject_penalty)  # nothing was rejected
     assert ts.buffer.data.obs.shape[-1] == dqn_agents.obs_size(ENV, p, pol)
+
+
+def _outcome(cost, jct):
+    z = jnp.zeros(())
+    return Outcome(jct=jnp.float32(jct), cost=jnp.float32(cost), energy_kwh=z, green_kwh=z, co2_kg=z, net_kwh=z,
+                   cloud_work=z, free_at=z, last_used=z, link_free_at=z)
+
+
+@pytest.mark.parametrize("scale", ["clip", "symlog"])
+def test_reward_scaling_known_values(scale):
+    """clip: each term at +-reward_clip (JCT at [0, clip]); symlog: sign(x) log(1 + |x|) of each term."""
+    p = tiny_params(c_norm=jnp.float32(2.0), t_norm=jnp.float32(4.0), w_energy=jnp.float32(0.25),
+                    reward_symlog=jnp.asarray(scale == "symlog"))
+    e = float(np.e)
+    if scale == "clip":
+        cases = [((2.0 * 3.0, 4.0 * 5.0), -(0.25 * 3.0 + 0.75 * 5.0)),  # inside the clip: the plain objective
+                 ((2.0 * 40.0, 4.0 * 30.0), -(0.25 * 10.0 + 0.75 * 10.0)),  # both terms clipped at 10
+                 ((-2.0 * 40.0, 4.0 * 1.0), -(0.25 * -10.0 + 0.75 * 1.0))]  # a negative price: cost at -10
+    else:
+        cases = [((2.0 * (e - 1.0), 4.0 * (e ** 2 - 1.0)), -(0.25 * 1.0 + 0.75 * 2.0)),
+                 ((-2.0 * (e ** 3 - 1.0), 0.0), -(0.25 * -3.0)),
+                 ((2.0 * (e ** 10 - 1.0), 4.0 * (e ** 12 - 1.0)), -(0.25 * 10.0 + 0.75 * 12.0))]  # no bound
+    for (cost, jct), want in cases:
+        assert float(reward(_outcome(cost, jct), p)) == pytest.approx(want, rel=1e-5)
+
+
+def test_symlog_reward_reaches_the_environment_from_the_config():
+    p = tiny_params(t_norm=jnp.float32(0.001), reward_symlog=jnp.asarray(True))
+    _, s = ENV.reset(jax.random.key(0), p)
+    a = jnp.array([2, 0, 0])
+    out = place(s, p, a)
+    _, _, r, _, info = ENV.step(jax.random.key(1), s, a, p)
+    sl = lambda x: float(np.sign(x) * np.log1p(abs(x)))  # noqa: E731
+    assert float(r) == pytest.approx(-(0.5 * sl(float(out.cost / p.c_norm)) + 0.5 * sl(float(out.jct / p.t_norm))),
+                                     rel=1e-5)
+    assert float(r) > -10  # JCT / t_norm in the thousands is not clipped but compressed
+    assert float(info["objective"]) > 50  # the reported objective stays unscaled
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 6), st.sampled_from([1e-3, 0.1, 10.0, 1e3]))
+def test_boltzmann_exploration_draws_only_valid_actions_among_the_k_best(seed, k, temp):
+    kv, kp, ka = jax.random.split(jax.random.key(seed), 3)
+    valid = jax.random.bernoulli(kv, 0.4, (12,)).at[5].set(True)
+    pred = jax.random.normal(kp, (12,))
+    draws = jax.vmap(lambda key: boltzmann_explore(key, jnp.int32(5), pred, valid, k, temp, 1.0))(
+        jax.random.split(ka, 64))
+    v, s = np.asarray(valid), np.asarray(pred)
+    best = set(np.argsort(np.where(v, s, np.inf), kind="stable")[:min(k, int(v.sum()))].tolist())
+    assert set(np.asarray(draws).tolist()) <= best
+    assert int(boltzmann_explore(ka, jnp.int32(5), pred, valid, k, temp, 0.0)) == 5  # epsilon 0: greedy
+
+
+def test_boltzmann_temperature_limits_and_probabilities():
+    """Four valid actions with predicted objectives 1.0, 1.0 + ln 2 * T, 1.5, 9 (and an invalid 0.0); k = 3."""
+    t = 0.2
+    pred = jnp.array([1.0, 1.0 + np.log(2.0) * t, 1.5, 9.0, 0.0])
+    valid = jnp.array([True, True, True, True, False])
+    keys = jax.random.split(jax.random.key(0), 6000)
+
+    def freq(temp):
+        d = np.asarray(jax.vmap(lambda key: boltzmann_explore(key, jnp.int32(3), pred, valid, 3, temp, 1.0))(keys))
+        return np.bincount(d, minlength=5) / d.size
+
+    cold = freq(1e-6)  # -> the predicted best (myopic's choice)
+    assert cold[0] == 1.0
+    hot = freq(1e6)  # -> uniform among the 3 best valid ones; never the 4th or the invalid one
+    np.testing.assert_allclose(hot[:3], 1 / 3, atol=0.03)
+    assert hot[3] == 0.0 and hot[4] == 0.0
+    mid = freq(t)  # softmax(-(pred - best) / T): weights 1, 1/2, exp(-0.5 / 0.2)
+    w = np.array([1.0, 0.5, np.exp(-0.5 / t)])
+    np.testing.assert_allclose(mid[:3], w / w.sum(), atol=0.03)
+
+
+def test_replay_capacity_is_what_training_writes():
+    p = tiny_params(rate=jnp.full(48, 0.5, jnp.float32), episode_jobs=8)
+    pol = PlacementPolicy(name="bdq", kind="bdq", batch_size=8, buffer_size=10_000, learning_starts=16, torso=[8],
+                          head_hidden=4, n_step=3, target_tau=0.1, explore="boltzmann", top_k=3,
+                          action_features=True, cut_conditioned=True, updates_per_iter=1)
+    train = dqn_agents.make_train(ENV, p, pol, iterations=12, num_envs=2)
+    ts, curves = jax.jit(train)(jax.random.key(0), 0.5)
+    assert ts.buffer.capacity == 12 * 2 and int(ts.buffer.size) == 24
+    assert np.isfinite(np.asarray(curves["loss"])).all() and int(ts.updates) > 0
+    assert float(np.asarray(curves["objective"]).max()) < float(p.reject_penalty)  # nothing was rejected

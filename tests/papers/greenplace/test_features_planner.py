@@ -20,7 +20,8 @@ from mlsys_repro.papers.greenplace.features import (
     valid_actions,
 )
 from mlsys_repro.papers.greenplace.pipeline import converged
-from mlsys_repro.papers.greenplace.scenario import vary
+from mlsys_repro.papers.greenplace.scenario import CONTENDED_WAN, knob_regime, regime_hardware, vary, with_load
+from mlsys_repro.papers.greenplace.schemas import EdgeCloudHardware, NodeSpec, Regime
 from tests.papers.greenplace.tiny import T, tiny_params
 
 ENV = PlacementEnv()
@@ -137,13 +138,21 @@ def test_headroom_knobs():
     np.testing.assert_allclose(np.ptp(np.asarray(wide.price), 0), 2 * np.ptp(np.asarray(p.price), 0), rtol=1e-5)
     assert float(vary(p, "green_scale", 0.0).green_kw.max()) == 0.0
     np.testing.assert_allclose(vary(p, "load", 1.5).rate, 1.5 * np.asarray(p.rate))
-    bw = np.asarray(vary(p, "wan_scale", 0.5).bw)
-    np.testing.assert_allclose(bw[0, 1], 0.5 * float(p.bw[0, 1]))
-    np.testing.assert_allclose(bw[0, 0], float(p.bw[0, 0]))  # the diagonal (no edge <-> cloud link) is unchanged
-    hot = vary(p, "contended_load", 2.0)
-    assert bool(hot.link_fifo) and not bool(p.link_fifo)
-    np.testing.assert_allclose(hot.rate, 2.0 * np.asarray(p.rate))
-    np.testing.assert_allclose(np.asarray(hot.bw)[0, 1], 0.25 * float(p.bw[0, 1]))
+    for knob in ("wan_scale", "contended_load"):  # they change the hardware: regimes, with their own model tables
+        with pytest.raises(KeyError, match="knob_regime"):
+            vary(p, knob, 0.5)
+    assert knob_regime("wan_scale", 0.5) == Regime(name="wan_x0.5", wan_scale=0.5)
+    hot = knob_regime("contended_load", 2.0)
+    assert (hot.wan_scale, hot.link_fifo, hot.load) == (CONTENDED_WAN, True, 2.0)
+    hw = EdgeCloudHardware(name="t", nodes=[
+        NodeSpec(name="a", kind="edge", p_idle_w=10, p_max_w=30, memory_gb=1, job_share=1.0),
+        NodeSpec(name="dc", kind="cloud", lanes=2, p_idle_w=100, p_max_w=300, memory_gb=10)], wan_mbps=50.0)
+    assert regime_hardware(hw, Regime()) is hw
+    slow = regime_hardware(hw, hot)
+    assert (slow.wan_mbps, slow.link_fifo, slow.lan_mbps) == (12.5, True, hw.lan_mbps)
+    assert (hw.wan_mbps, hw.link_fifo) == (50.0, False)  # the configured hardware is not touched
+    np.testing.assert_allclose(with_load(p, 2.0).rate, 2.0 * np.asarray(p.rate))
+    assert with_load(p, 1.0) is p
     with pytest.raises(KeyError, match="unknown headroom knob"):
         vary(p, "pue", 1.0)
     with pytest.raises(ValueError, match="load must be > 0"):
@@ -190,3 +199,62 @@ def test_partitioners_run_an_all_front_cut_at_the_site():
         a = policy(None, None, state, p)
         assert [int(x) for x in a] == [2, 0, 0]  # all in front, at the site
         assert bool(ENV.placeable(state, p, a))
+
+
+def test_load_adaptive_neurosurgeon_follows_the_queues():
+    """Idle: the latency-optimal cut, as Neurosurgeon's (all on the cloud, 6x faster); with the site's FIFO uplink
+    busy for 100 s it keeps the job at the site, which plain Neurosurgeon (nominal bandwidth) does not; with the
+    site's lane busy instead, the cloud again. Always a site -> cloud prefix cut that the environment accepts."""
+    from mlsys_repro.papers.greenplace.baselines import neurosurgeon, neurosurgeon_queue
+
+    p = tiny_params(link_fifo=jnp.asarray(True))
+    _, s = ENV.reset(jax.random.key(0), p)
+    s = s.replace(site=jnp.int32(0), model=jnp.int32(0), batch=jnp.float32(10.0), t=jnp.float32(0.0))
+    act = jax.jit(neurosurgeon_queue)
+    idle = act(None, None, s, p)
+    assert [int(x) for x in idle] == [int(x) for x in neurosurgeon(None, None, s, p)] == [0, 0, 1]
+    up_busy = s.replace(link_free_at=s.link_free_at.at[0, 0].set(100.0))
+    assert [int(x) for x in act(None, None, up_busy, p)] == [2, 0, 0]
+    assert [int(x) for x in neurosurgeon(None, None, up_busy, p)] == [0, 0, 1]
+    lane_busy = up_busy.replace(link_free_at=s.link_free_at, free_at=s.free_at.at[0, 0].set(100.0))
+    assert [int(x) for x in act(None, None, lane_busy, p)] == [0, 0, 1]
+    for st in (s, up_busy, lane_busy):
+        assert bool(ENV.placeable(st, p, act(None, None, st, p)))
+
+
+def test_the_contended_regime_is_the_same_in_every_experiment():
+    """The headline's and the pareto front's regime is the headroom's contended knob at load 1 (whose look-ahead
+    headroom the headroom experiment maps); the uncontended sensitivity is the hardware as configured."""
+    from omegaconf import OmegaConf
+
+    from tests.conftest import ROOT
+
+    conf = ROOT / "conf" / "experiment" / "greenplace"
+    want = knob_regime("contended_load", 1.0)
+    for exp in ("headline", "pareto"):
+        r = Regime(**OmegaConf.to_container(OmegaConf.load(conf / f"{exp}.yaml").experiment.params.regime))
+        assert (r.name, r.wan_scale, r.link_fifo, r.load) == ("contended", want.wan_scale, True, want.load), exp
+    r = OmegaConf.load(conf / "uncontended.yaml").experiment.params.regime
+    assert Regime(**OmegaConf.to_container(r)) == Regime()
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_learning_rows_carry_the_start_and_the_start_gate(warm):
+    """The curve starts at env_steps 0 with the untrained (or behaviour-cloned) policy; the start comparison is
+    beats_untrained for a cold start and beats_prior for a warm one (gates.py names), beside the required gates."""
+    from mlsys_repro.papers.greenplace.pipeline import learning_rows
+
+    curve = np.array([[3.0, 2.0], [3.0, 4.0]])
+    start = np.array([5.0, 3.5])
+    learn = {"curve": curve, "env_steps": 200, "chunk_steps": 100, "converged": np.array([True, False]),
+             "beats_trivial_on_train": np.array([True, False]), "beats_myopic_on_train": np.array([False, False]),
+             "myopic_train_objective": np.array([1.0, 1.0]), "start_train_objective": start, "warm_start": warm,
+             "beats_start_on_train": curve[:, -1] < start}
+    rows = learning_rows("bdq", learn, [0, 1], scenario="s", regime="r")
+    got = {(r["metric"], r.get("env_steps"), r["seed"]): r["value"] for r in rows}
+    assert got[("greedy_train_objective", 0, 0)] == 5.0 and got[("greedy_train_objective", 200, 1)] == 4.0
+    gate = "beats_prior" if warm else "beats_untrained"
+    other = "beats_untrained" if warm else "beats_prior"
+    assert got[(gate, None, 0)] == 1.0 and got[(gate, None, 1)] == 0.0
+    assert not any(r["metric"] == other for r in rows)
+    assert all(r["regime"] == "r" for r in rows)

@@ -133,3 +133,39 @@ def test_dads_equals_neurosurgeon_on_chains(n, data):
     _, v = dads_min_cut(prof, te, tc, 1e3, 500.0, 10.0)
     assert v == pytest.approx(neurosurgeon_latency(te, tc, ob, 500.0, 10.0, 1e3).min(), rel=1e-6)
 
+
+
+def _per_frame_latency(tables, hw_nodes, bw, m, s, cloud):
+    """Per-frame edge + transfer + cloud seconds of every candidate of model m between site s and the cloud."""
+    a = tables.arrays
+    fe, be = a["front_empty"][m], a["back_empty"][m]
+    t_e = a["front_lat"][m, :, 0] / hw_nodes[s].speed
+    t_c = a["back_lat"][m, :, 1] / hw_nodes[cloud].speed
+    tx = np.where(fe, a["in_bytes"][m], np.where(be, 0.0, a["cross_bytes"][m])) + np.where(be, 0.0, a["out_bytes"][m])
+    return np.where(a["cand_ok"][m], t_e + tx / bw + t_c, np.inf)
+
+
+def test_dads_cut_is_the_min_cut_at_the_regimes_bandwidth(latency_models):
+    """The model tables of a regime are built on its hardware: DADS's cut is the latency-optimal partition at the
+    regime's WAN bandwidth (not the configured one's), and on a slow WAN it differs from the 50 Mbps cut."""
+    from mlsys_repro.papers.greenplace.scenario import model_tables, regime_hardware
+    from mlsys_repro.papers.greenplace.schemas import EdgeCloudHardware, NodeSpec, Regime
+
+    nodes = [NodeSpec(name="a", kind="edge", speed=1.0, p_idle_w=10, p_max_w=30, memory_gb=4, job_share=0.6),
+             NodeSpec(name="b", kind="edge", speed=0.6, p_idle_w=8, p_max_w=20, memory_gb=2, job_share=0.4),
+             NodeSpec(name="dc", kind="cloud", lanes=4, p_idle_w=100, p_max_w=300, memory_gb=32)]
+    base = EdgeCloudHardware(name="t", nodes=nodes, wan_mbps=50.0)
+    models = ("alexnet", "vgg16", "resnet18", "mobilenet_v1")
+    stale = 0
+    fast = model_tables(models, latency_models, base)
+    for scale in (1.0, 0.25, 0.02):
+        hw = regime_hardware(base, Regime(name="r", wan_scale=scale, link_fifo=scale < 1))
+        tab = model_tables(models, latency_models, hw)
+        bw = hw.wan_mbps * 1e6 / 8
+        for m in range(len(models)):
+            for s in (0, 1):
+                lat = _per_frame_latency(tab, nodes, bw, m, s, 2)
+                assert lat[tab.arrays["dads_cut"][m, s]] == pytest.approx(lat.min(), rel=1e-9)
+                lat_fast_tables = _per_frame_latency(fast, nodes, bw, m, s, 2)
+                stale += lat_fast_tables[fast.arrays["dads_cut"][m, s]] > lat_fast_tables.min() * (1 + 1e-9)
+    assert stale > 0  # the 50 Mbps cuts are not optimal on the slow WANs

@@ -15,8 +15,8 @@ from mlsys_repro.common.traces.energy import EnergyTraces, HourlySeries, RegionY
 from mlsys_repro.papers.greenplace.env import PlacementEnv, wan_links_used
 from mlsys_repro.papers.greenplace.env import place as place_eager
 from mlsys_repro.papers.greenplace.features import FEATURES, action_features
-from mlsys_repro.papers.greenplace.scenario import ModelTables, env_params
-from mlsys_repro.papers.greenplace.schemas import EdgeCloudHardware, NodeSpec, PlacementParams, Scenario
+from mlsys_repro.papers.greenplace.scenario import ModelTables, env_params, regime_hardware, scenario_norms, with_load
+from mlsys_repro.papers.greenplace.schemas import EdgeCloudHardware, NodeSpec, PlacementParams, Regime, Scenario
 from tests.papers.greenplace.tiny import T, tiny_params, two_site_params
 
 ENV = PlacementEnv()
@@ -80,6 +80,22 @@ def test_two_cloud_jobs_from_one_site_by_hand(fifo):
         np.testing.assert_allclose(np.asarray(s3.link_free_at), [[2 * busy_up, 0.0], [jct1 + busy_up, 0.0]],
                                    rtol=1e-4)
     assert bool((s3.free_at[1] > 0).all())  # the jobs ran on different cloud lanes
+
+
+def test_two_simultaneous_uploads_on_one_link_take_twice_as_long_as_one():
+    """A pure transfer: no RTT, no compute and no result bytes, so a job is its B-frame upload (B x 0.015 s). Two
+    jobs arrive at t = 0 on one site and both go to the cloud: without contention each takes 0.15 s; on the FIFO
+    uplink the second finishes after both uploads, exactly twice the first's JCT."""
+    p = tiny_params(link_fifo=ON, out_bytes=jnp.float32([0.0]), back_lat=jnp.zeros((1, 3, 2), jnp.float32))
+    one = 10 * 1.5e5 / 1e7
+    for fifo, want2 in ((OFF, one), (ON, 2 * one)):
+        q = p.replace(link_fifo=fifo)
+        s = _state(q)
+        _, s2, _, _, i1 = step_env(jax.random.key(1), s, _act(0, 0, 1), q)
+        s2 = s2.replace(t=jnp.float32(0.0), site=jnp.int32(0), model=jnp.int32(0), batch=jnp.float32(10.0))
+        _, _, _, _, i2 = step_env(jax.random.key(2), s2, _act(0, 0, 1), q)
+        assert float(i1["jct"]) == pytest.approx(one, rel=1e-6)
+        assert float(i2["jct"]) == pytest.approx(want2, rel=1e-6)
 
 
 def test_each_direction_is_its_own_link():
@@ -248,3 +264,37 @@ def test_env_params_takes_link_fifo_from_the_hardware(fifo):
     p = env_params(_hardware(link_fifo=fifo), traces, tables, pp, Scenario(name="s", city="R", cloud="R"), 2023,
                    0.5, 8)
     assert p.link_fifo.dtype == jnp.bool_ and p.link_fifo.shape == () and bool(p.link_fifo) == fifo
+
+
+def test_a_regime_keeps_the_base_hardwares_reward_normalisers():
+    """The contended regime's hardware (WAN x0.25, FIFO links) on the same traces: env_params computes t_norm from
+    its own (slower) WAN unless given the base hardware's normalisers, which a regime keeps (one objective unit in
+    every regime)."""
+    hours = 24 * 4
+    time = np.arange(hours).astype("datetime64[h]")
+
+    def region(year):
+        return RegionYear("R", year, time, np.full(hours, 0.1), np.full(hours, 400.0), np.full(hours, 0.3), 0)
+
+    traces = EnergyTraces(regions={("R", 2022): region(2022), ("R", 2023): region(2023)},
+                          profiles={"arrivals": HourlySeries(time[:24], np.ones(24), "arrivals", "kW", "")},
+                          latency={})
+    tp = tiny_params()
+    names = ("in_bytes", "out_bytes", "cand_ok", "front_empty", "back_empty", "is_prefix", "front_lat", "back_lat",
+             "cross_bytes", "front_mem", "back_mem", "front_params", "back_params", "front_frac", "all_front")
+    arrays = {k: np.asarray(getattr(tp, k)) for k in names} | {"dads_cut": np.asarray(tp.dads_cut)}
+    tables = ModelTables(("alexnet",), arrays, (3,), (("none", "half", "all"),))
+    pp = PlacementParams(models=["alexnet"], model_probs=[1.0])
+    sc = Scenario(name="s", city="R", cloud="R")
+    base = _hardware()
+    slow = regime_hardware(base, Regime(name="contended", wan_scale=0.25, link_fifo=True, load=2.0))
+    norms = scenario_norms(base, traces, tables, pp, sc)
+    p_base = env_params(base, traces, tables, pp, sc, 2023, 0.5, 8)
+    p_own = env_params(slow, traces, tables, pp, sc, 2023, 0.5, 8)
+    p_reg = with_load(env_params(slow, traces, tables, pp, sc, 2023, 0.5, 8, norms=norms), 2.0)
+    assert (float(p_base.c_norm), float(p_base.t_norm)) == pytest.approx(norms)
+    assert float(p_own.t_norm) > 3 * float(p_base.t_norm)  # the unloaded cloud-only time at a quarter of the WAN
+    assert (float(p_reg.c_norm), float(p_reg.t_norm)) == pytest.approx(norms)
+    assert bool(p_reg.link_fifo) and not bool(p_base.link_fifo)
+    np.testing.assert_allclose(np.asarray(p_reg.bw)[0, 1], 0.25 * np.asarray(p_base.bw)[0, 1])
+    np.testing.assert_allclose(np.asarray(p_reg.rate), 2.0 * np.asarray(p_base.rate), rtol=1e-6)
