@@ -53,7 +53,8 @@ def test_paper_package_and_claims(paper):
 
 # smoke runs that another test already makes end to end through the runner (CI time): tests/test_determinism.py
 # runs these two experiments' smoke profile twice and compares the result tables
-RUN_ELSEWHERE = {("greenplace", "pareto"), ("petrel", "headline")}
+RUN_ELSEWHERE = {("greenplace", "pareto"), ("petrel", "headline"),
+                 ("labelavg", "attack")}  # tests/papers/labelavg/test_experiments.py runs its smoke profile
 SMOKE_RUNS = [pe for pe in EXPERIMENTS if pe not in RUN_ELSEWHERE]
 
 

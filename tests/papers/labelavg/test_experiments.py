@@ -3,6 +3,7 @@ the server's best attack, surrogate extraction) and the accuracy experiment's pe
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import numpy as np
@@ -11,11 +12,13 @@ import pytest
 from omegaconf import OmegaConf
 
 from mlsys_repro.common.repro import RunContext
+from mlsys_repro.common.repro.claims import load_claims
+from mlsys_repro.common.repro.claims.evaluate import evaluate
+from mlsys_repro.common.repro.config import build_context, compose, compose_run
+from mlsys_repro.common.repro.results import to_frame
 from mlsys_repro.papers.labelavg import experiments as E
 from mlsys_repro.papers.labelavg.schemas import (
     AccuracyParams,
-    AttackConfig,
-    AttackParams,
     FDPolicy,
     FDSchedule,
     FederationHardware,
@@ -57,10 +60,13 @@ def test_pick_best_uses_the_evaluator_then_the_target_label_rate():
 
 
 def test_attack_rows_compare_private_nonmember_and_public_references(tmp_path):
-    acfg = AttackConfig(attackers=["init", "zo", "sign", "whitebox", "surrogate"], images_per_class=1, repeats=2,
-                        steps=3, directions=3, surrogate_steps=5, evaluator_steps=5, min_class_count=3)
-    ctx = _ctx(tmp_path, AttackParams(dataset="mnist", alpha=0.5, fd=TINY, attack=acfg), ["labelavg"])
-    df = pd.DataFrame(E.attack(ctx))
+    """The attack experiment's smoke profile, end to end (tests/test_configs.py leaves its smoke run to this test:
+    CI time), read row by row; and every claim of the experiment finds the column it sweeps."""
+    spec = compose_run(["experiment=labelavg/attack", "profile=smoke", f"paths.checkpoint_dir={tmp_path / 'ck'}"])
+    ctx = build_context(spec, out_dir=tmp_path)
+    sched, acfg = ctx.params.fd, ctx.params.attack
+    assert set(acfg.attackers) == {"init", "zo", "sign", "whitebox", "surrogate"} and list(ctx.policies) == ["labelavg"]
+    df = to_frame(spec.fn(ctx), trace=getattr(ctx.trace, "name", "none"), hardware=ctx.hardware.name)
     assert np.isfinite(df["value"]).all()
     attackers = set(df["attacker"])
     assert {"init", "zo", "sign", "whitebox", "surrogate", "public_mean", "public_nearest", "best"} <= attackers
@@ -81,21 +87,30 @@ def test_attack_rows_compare_private_nonmember_and_public_references(tmp_path):
         acc = df[(df["metric"] == "attack_acc") & (df["seed"] == seed)].set_index("attacker")["value"]
         assert float(acc["best"]) == float(acc[pick])
     sur = df[df["attacker"] == "surrogate"]
-    assert float(sur[sur["metric"] == "transcript_pairs"]["value"].iloc[0]) == TINY.rounds * TINY.public_batch
+    assert float(sur[sur["metric"] == "transcript_pairs"]["value"].iloc[0]) == sched.rounds * sched.public_batch
     assert float(sur[sur["metric"] == "queries"]["value"].iloc[0]) == 0
     assert sur[sur["metric"] == "surrogate_agreement"]["value"].between(0, 1).all()
-    assert (tmp_path / "t_quality.png").exists()
+    assert (tmp_path / "attack_quality.png").exists()
+    # what tests/test_configs.py::test_experiment_smoke_run checks of the other experiments' smoke runs
+    pcfg = compose(["paper=labelavg"]).paper
+    _, claims = load_claims(Path(importlib.import_module(pcfg.module).__file__).parent / pcfg.claims)
+    counted = [c for c in claims if c.experiment == "attack" and not c.skip]
+    assert counted
+    for c in counted:
+        v = evaluate(c, df, "labelavg")
+        assert "'over' column" not in v.note, f"{c.id}: {v.note}"
 
 
 def test_accuracy_runs_reference_policies_on_fewer_seeds_and_central_once(tmp_path):
-    params = AccuracyParams(datasets=["mnist"], alphas=[0.1, 1.0], fd=TINY, policy_seeds={"local": 1})
-    ctx = _ctx(tmp_path, params, ["central", "local"])
+    # one policy, one compile (CI time): central, on the first of the run's two seeds
+    params = AccuracyParams(datasets=["mnist"], alphas=[0.1, 1.0], fd=TINY, policy_seeds={"central": 1})
+    ctx = _ctx(tmp_path, params, ["central"])
     df = pd.DataFrame(E.accuracy(ctx))
     acc = df[df["metric"] == "test_acc"]
-    assert sorted(acc[acc["policy"] == "local"]["seed"].unique()) == [0]
-    c = acc[acc["policy"] == "central"].pivot(index="seed", columns="alpha", values="value")
-    assert c.shape == (2, 2)
+    assert set(df["policy"]) == {"central"} and sorted(df["seed"].unique()) == [0]
+    c = acc.pivot(index="seed", columns="alpha", values="value")
+    assert c.shape == (1, 2)  # a row per alpha
     np.testing.assert_array_equal(c[0.1], c[1.0])  # pooled data: alpha plays no part
-    assert E.policy_seed_count(params, "local", 10) == 1 and E.policy_seed_count(params, "dsfl", 10) == 10
+    assert E.policy_seed_count(params, "central", 10) == 1 and E.policy_seed_count(params, "dsfl", 10) == 10
     with pytest.raises(ValueError, match="policy_seeds"):
         AccuracyParams(policy_seeds={"fedmd": 0})
