@@ -56,6 +56,10 @@ def test_wheel_carries_conf_data_and_claims(installed):
         assert f"mlsys_repro/papers/{key}/claims.yaml" in names
         assert f"mlsys_repro/common/repro/_bundled/conf/paper/{key}.yaml" in names
     assert "mlsys_repro/common/repro/_bundled/conf/config.yaml" in names
+    # every config file of the checkout (what composing any experiment may read: the test below composes one paper's)
+    conf = {f"mlsys_repro/common/repro/_bundled/conf/{p.relative_to(ROOT / 'conf').as_posix()}"
+            for p in (ROOT / "conf").rglob("*.yaml")}
+    assert conf <= names, sorted(conf - names)[:5]
     assert any(n.startswith("mlsys_repro/common/repro/_bundled/data/coflow/") for n in names)
     assert not any("__pycache__" in n for n in names)
     entry = zipfile.ZipFile(whl).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
@@ -72,12 +76,18 @@ def test_installed_command_lists_every_experiment_from_any_directory(installed, 
     expected = {f"{p.parent.name}/{p.stem}" for p in (ROOT / "conf/experiment").glob("*/*.yaml")}
     script = site / "bin" / "mlsys-repro"  # the console script pip generated from the wheel's entry point
     assert script.is_file()
-    # the console script (the probe above already ran the wheel's modules with ``-m``; one listing composes all
-    # 48 experiments, ~30 s on 2 cores, so it runs once)
-    out = _run_installed(site, tmp_path, str(script), "run", "--list")
+    # the console script finds every experiment of the bundled conf tree (``--sweep-arg`` prints the plan without
+    # composing: a listing of all 48 experiments composes each, ~30 s on 2 cores) ...
+    out = _run_installed(site, tmp_path, str(script), "run", "--sweep-arg")
     assert out.returncode == 0, out.stderr
-    listed = {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
-    assert listed == expected
+    prefix, _, plan = out.stdout.strip().partition("=")
+    assert prefix == "experiment" and set(plan.split(",")) == expected
+    # ... and composes them from it: the listing of one paper (its four experiments' titles and policies)
+    out = _run_installed(site, tmp_path, str(script), "run", "labelavg", "--list")
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    assert {line.split()[0] for line in lines} == {e for e in expected if e.startswith("labelavg/")}
+    assert all("[policies: " in line for line in lines)
 
 
 def test_unknown_command_exits_2_and_names_the_closest(capsys):
