@@ -86,7 +86,7 @@ def _hardware(name: str) -> BCubeCluster:
     return BCubeCluster(**{k: v for k, v in cfg.items() if k in fields})
 
 
-def _never_slower(exp: str, hardware: str, rates: list[float], slowdowns: list[float]) -> None:
+def _never_slower(exp: str, hardware: str, rates: list[float], slowdowns: list[float], pilot: bool = True) -> None:
     hw = _hardware(hardware)
     p = _experiment(exp)["params"]
     lay = timing_layout(layout_for_shape(p["model"], SHAPES["mnist"], p["colayer_bytes"], p["piece_elems"]),
@@ -95,7 +95,7 @@ def _never_slower(exp: str, hardware: str, rates: list[float], slowdowns: list[f
         for sd in slowdowns:
             scale = np.ones(hw.num_servers)
             scale[-1] = sd
-            kw = dict(max_simulated=p.get("des_max_simulated", 60), compute_scale=scale)
+            kw = dict(max_simulated=p.get("des_max_simulated", 60) if pilot else None, compute_scale=scale)
             plain = simulate(BML, net_spec(hw, gbps), lay, compute_model(hw), p["batch"], p["iterations"], **kw)
             over = simulate(OVERLAP, net_spec(hw, gbps), lay, compute_model(hw), p["batch"], p["iterations"], **kw)
             assert np.all(over.fwd_start <= plain.fwd_start), (exp, gbps, sd)
@@ -118,8 +118,11 @@ def test_overlap_is_never_slower_where_the_9_server_claims_read_it():
 @pytest.mark.slow
 def test_overlap_is_never_slower_where_the_27_server_claim_reads_it():
     assert "bml_overlap" in _experiment("tta_bcube27")["policies"]
+    # neither schedule is periodic within the experiment's des_max_simulated pilot iterations (extrapolate finds no
+    # period), so the experiment simulates every iteration after the pilot: the test simulates them without it
+    # (the pilot was 60 of 210 simulated iterations; CI time)
     _never_slower("tta_bcube27", "bcube3_2_resnet50_p100", _experiment("tta_bcube27")["params"]["bandwidths_gbps"],
-                  [1.0])
+                  [1.0], pilot=False)
 
 
 def test_gbps_helper_matches_the_net_spec():
