@@ -244,8 +244,8 @@ def test_hardware_schema_validates_link_fifo():
         _hardware(link_fifo="yes")
 
 
-@pytest.mark.parametrize("fifo", [False, True])
-def test_env_params_takes_link_fifo_from_the_hardware(fifo):
+def _one_region_world():
+    """Four days of flat traces for one region in 2022 and 2023 and the tiny AlexNet tables: what env_params needs."""
     hours = 24 * 4
     time = np.arange(hours).astype("datetime64[h]")
 
@@ -260,7 +260,12 @@ def test_env_params_takes_link_fifo_from_the_hardware(fifo):
              "cross_bytes", "front_mem", "back_mem", "front_params", "back_params", "front_frac", "all_front")
     arrays = {k: np.asarray(getattr(tp, k)) for k in names} | {"dads_cut": np.asarray(tp.dads_cut)}
     tables = ModelTables(("alexnet",), arrays, (3,), (("none", "half", "all"),))
-    pp = PlacementParams(models=["alexnet"], model_probs=[1.0])
+    return traces, tables, PlacementParams(models=["alexnet"], model_probs=[1.0])
+
+
+@pytest.mark.parametrize("fifo", [False, True])
+def test_env_params_takes_link_fifo_from_the_hardware(fifo):
+    traces, tables, pp = _one_region_world()
     p = env_params(_hardware(link_fifo=fifo), traces, tables, pp, Scenario(name="s", city="R", cloud="R"), 2023,
                    0.5, 8)
     assert p.link_fifo.dtype == jnp.bool_ and p.link_fifo.shape == () and bool(p.link_fifo) == fifo
@@ -270,21 +275,7 @@ def test_a_regime_keeps_the_base_hardwares_reward_normalisers():
     """The contended regime's hardware (WAN x0.25, FIFO links) on the same traces: env_params computes t_norm from
     its own (slower) WAN unless given the base hardware's normalisers, which a regime keeps (one objective unit in
     every regime)."""
-    hours = 24 * 4
-    time = np.arange(hours).astype("datetime64[h]")
-
-    def region(year):
-        return RegionYear("R", year, time, np.full(hours, 0.1), np.full(hours, 400.0), np.full(hours, 0.3), 0)
-
-    traces = EnergyTraces(regions={("R", 2022): region(2022), ("R", 2023): region(2023)},
-                          profiles={"arrivals": HourlySeries(time[:24], np.ones(24), "arrivals", "kW", "")},
-                          latency={})
-    tp = tiny_params()
-    names = ("in_bytes", "out_bytes", "cand_ok", "front_empty", "back_empty", "is_prefix", "front_lat", "back_lat",
-             "cross_bytes", "front_mem", "back_mem", "front_params", "back_params", "front_frac", "all_front")
-    arrays = {k: np.asarray(getattr(tp, k)) for k in names} | {"dads_cut": np.asarray(tp.dads_cut)}
-    tables = ModelTables(("alexnet",), arrays, (3,), (("none", "half", "all"),))
-    pp = PlacementParams(models=["alexnet"], model_probs=[1.0])
+    traces, tables, pp = _one_region_world()
     sc = Scenario(name="s", city="R", cloud="R")
     base = _hardware()
     slow = regime_hardware(base, Regime(name="contended", wan_scale=0.25, link_fifo=True, load=2.0))
