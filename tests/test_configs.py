@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mlsys_repro.common.repro.cache import RunCache
 from mlsys_repro.common.repro.claims import load_claims
 from mlsys_repro.common.repro.claims.evaluate import evaluate
 from mlsys_repro.common.repro.config import (
@@ -56,6 +57,20 @@ def test_paper_package_and_claims(paper):
 RUN_ELSEWHERE = {("greenplace", "pareto"), ("petrel", "headline"),
                  ("labelavg", "attack")}  # tests/papers/labelavg/test_experiments.py runs its smoke profile
 SMOKE_RUNS = [pe for pe in EXPERIMENTS if pe not in RUN_ELSEWHERE]
+# a paper's smoke runs share one RunCache, as the experiments of one run_all process do (CI time: loaded traces and
+# tasks, trained predictors and agents, simulated configurations; every entry is keyed by what built it), one paper
+# at a time; for the papers whose smoke runs were checked with it (#51), the others get a fresh cache per run
+SHARED_RUN_CACHE = {"canary", "labelavg", "petrel", "swallow"}
+_run_cache: dict[str, RunCache] = {}
+
+
+def _cache_for(paper: str) -> RunCache:
+    if paper not in SHARED_RUN_CACHE:
+        return RunCache()
+    if paper not in _run_cache:
+        _run_cache.clear()
+        _run_cache[paper] = RunCache()
+    return _run_cache[paper]
 
 
 # one xdist worker runs a paper's smoke runs one after the other (CI time): the experiments of a paper compile many
@@ -65,7 +80,7 @@ SMOKE_RUNS = [pe for pe in EXPERIMENTS if pe not in RUN_ELSEWHERE]
                                         for p, e in SMOKE_RUNS])
 def test_experiment_smoke_run(paper, exp, tmp_path):
     spec = compose_run([f"experiment={paper}/{exp}", "profile=smoke", f"paths.checkpoint_dir={tmp_path / 'ckpt'}"])
-    ctx = build_context(spec, out_dir=tmp_path)
+    ctx = build_context(spec, out_dir=tmp_path, cache=_cache_for(paper))
     rows = spec.fn(ctx)
     df = to_frame(rows, trace=getattr(ctx.trace, "name", "none"), hardware=getattr(ctx.hardware, "name", "none"))
     assert len(df) > 0
