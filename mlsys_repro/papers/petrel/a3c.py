@@ -340,42 +340,98 @@ def episode_condition(cfg, ep: int) -> tuple[int, int]:
     return chunk, int(order[ep % c])
 
 
+# [ours, #50] per-seed agents: the agent of evaluation seed s trains on its own stream, a3c.seed + s * stride: its
+# initial parameters, its actors' sampling, its condition order and its training hardware seeds (stream + episode).
+# Streams never overlap while a3c.episodes <= the stride (checked in the schema), and all lie above the evaluation
+# (0..) and tuning (1000..) seeds. Seed 0's stream is the shared agent's (a3c.seed).
+AGENT_SEED_STRIDE = 10_000
+
+
+def agent_stream(cfg, eval_seed: int | None) -> int:
+    """The training seed stream of the agent for evaluation seed ``eval_seed`` (None: the one shared agent)."""
+    return int(cfg.seed) + AGENT_SEED_STRIDE * int(eval_seed or 0)
+
+
+@dataclass
+class AgentSet:
+    """The trained agents of one A3C policy: one ``shared`` agent for every seed, or one per evaluation seed
+    (``by_seed``, ``a3c.per_seed``)."""
+
+    shared: SharedAgent | None = None
+    by_seed: dict[int, SharedAgent] = field(default_factory=dict)
+
+    def for_seed(self, seed: int) -> SharedAgent:
+        if self.shared is not None:
+            return self.shared
+        if int(seed) not in self.by_seed:
+            raise KeyError(f"no A3C agent was trained for evaluation seed {seed} (trained: {sorted(self.by_seed)})")
+        return self.by_seed[int(seed)]
+
+    def items(self) -> list[tuple[int | None, SharedAgent]]:
+        """(evaluation seed, agent) pairs; the shared agent's seed is None."""
+        return [(None, self.shared)] if self.shared is not None else sorted(self.by_seed.items())
+
+
 def train_a3c(cfg, levels: int, make_sim: Callable[..., PSSim], make_engine: Callable[[], object],
               progress: Callable[[int, float], None] | None = None) -> SharedAgent:
-    """Train a shared agent with ``cfg.actors`` asynchronous actor-learners.
+    """Train one shared agent (training stream ``cfg.seed``) with ``cfg.actors`` asynchronous actor-learners; see
+    :func:`train_agents`."""
+    return train_agents(cfg, levels, make_sim, make_engine, [cfg.seed],
+                        None if progress is None else (lambda i, ep, ret: progress(ep, ret)))[0]
 
-    Episodes run in waves of ``cfg.actors`` simulations side by side on one engine (``make_engine()``);
-    ``make_sim(episode, condition, grouper, engine) -> sim`` builds an episode's training simulation (horizon =
-    ``cfg.episode_decisions`` decisions, no early stop).
+
+def train_agents(cfg, levels: int, make_sim: Callable[..., PSSim], make_engine: Callable[[], object],
+                 streams: list[int], progress: Callable[[int, int, float], None] | None = None) -> list[SharedAgent]:
+    """Train one independent agent per training stream in ``streams`` (:func:`agent_stream`), side by side.
+
+    Each agent has ``cfg.actors`` asynchronous actor-learners (its own parameters, shared RMSProp statistics, log
+    and episode budget ``cfg.episodes``; its ``cfg.seed`` is its stream). Episodes run in waves: every agent's
+    actors take one episode each, and every simulation of the wave with the same worker count shares one engine
+    (``make_engine()``), so the gradients of all agents' simulations are computed in the same batched calls (the
+    simulator's form of vmapping over seeds: the discrete events stay in Python, per simulation). The agents
+    never read each other's state; with ``engine_mode="map"`` (gradients independent of their batch) an agent is
+    bit for bit the agent trained alone on its stream. ``make_sim(hw_seed, condition, grouper, engine) -> sim``
+    builds an episode's training simulation on hardware seed ``stream + episode`` (horizon =
+    ``cfg.episode_decisions`` decisions, no early stop); ``progress(agent index, episode, return)``.
     """
     from mlsys_repro.papers.petrel.sim import run_batch
 
-    agent = SharedAgent(cfg, levels, cfg.seed)
-    agent.conditions = train_conditions(cfg)
-    learners = [Learner(agent, i, np.random.default_rng([cfg.seed, i, 0xAC7])) for i in range(cfg.actors)]
+    if len(set(streams)) != len(streams):
+        raise ValueError(f"training streams must differ (one per agent), got {streams}")
+    agents, learners = [], []
+    for stream in streams:
+        acfg = dataclasses.replace(cfg, seed=int(stream))
+        agent = SharedAgent(acfg, levels, acfg.seed)
+        agent.conditions = train_conditions(acfg)
+        agents.append(agent)
+        learners.append([Learner(agent, i, np.random.default_rng([acfg.seed, i, 0xAC7]))
+                         for i in range(cfg.actors)])
     while True:
         wave = []
-        for learner in learners:
-            ep = agent.next_episode()
-            if ep is None:
-                break
-            wave.append((ep, learner))
+        for a, agent in enumerate(agents):
+            for learner in learners[a]:
+                ep = agent.next_episode()
+                if ep is None:
+                    break
+                wave.append((a, ep, learner))
         if not wave:
             break
         engines: dict[int, object] = {}  # one engine per worker count (the per-worker batch size differs)
         runs = []
-        for ep, learner in wave:
+        for a, ep, learner in wave:
+            agent = agents[a]
             learner.reset()
-            chunk, ci = episode_condition(cfg, ep)
+            chunk, ci = episode_condition(agent.cfg, ep)
             cond = agent.conditions[ci]
             engine = engines.setdefault(cond[0], make_engine())
             grouper = A3CCommunities(agent, greedy=False, learner=learner)
-            runs.append((ep, chunk, ci, learner, grouper, make_sim(ep, cond, grouper, engine), engine))
+            runs.append((a, ep, chunk, ci, learner, grouper, make_sim(agent.cfg.seed + ep, cond, grouper, engine),
+                         engine))
         for engine in engines.values():
-            run_batch([r[5] for r in runs if r[6] is engine], engine)
-        for ep, chunk, ci, learner, grouper, sim, _ in runs:
+            run_batch([r[6] for r in runs if r[7] is engine], engine)
+        for a, ep, chunk, ci, learner, grouper, sim, _ in runs:
             grouper.finish(sim)
-            log = agent.log
+            log = agents[a].log
             log.episode.append(ep)
             log.actor.append(learner.actor_id)
             log.ret.append(learner.episode_return)
@@ -383,8 +439,8 @@ def train_a3c(cfg, levels: int, make_sim: Callable[..., PSSim], make_engine: Cal
             log.condition.append(ci)
             log.chunk.append(chunk)
             if progress:
-                progress(ep, learner.episode_return)
-    return agent
+                progress(a, ep, learner.episode_return)
+    return agents
 
 
 def learning_summary(log: TrainLog, num_conditions: int, tail_chunks: int = 3) -> dict[str, float]:

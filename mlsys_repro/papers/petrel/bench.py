@@ -33,7 +33,7 @@ def _sims(ctx, task, engine, hw, policy, seeds, gradients):
         out.append(PSSim(engine, hw, grouper, gate, seed=s, grad_lr=ctx.params.grad_lr(hw.num_workers),
                          batch_size=ctx.params.batch_per_worker(hw.num_workers), eval_every_grads=0,
                          max_time_s=1e9, decision_every_s=policy.decision_every_steps * hw.base_step_s,
-                         max_gradients=gradients, label=f"{policy.name}/{s}"))
+                         max_gradients=gradients, label=f"{policy.name}/{s}", momentum=ctx.params.momentum))
     return out
 
 

@@ -33,7 +33,7 @@ from mlsys_repro.common.repro import RunContext, metric_rows
 from mlsys_repro.common.repro.plots import bars_with_ci, figure, lines_with_ci
 from mlsys_repro.papers.petrel.a3c import arms_differ, learning_summary
 from mlsys_repro.papers.petrel.data import task_for
-from mlsys_repro.papers.petrel.pipeline import RunResult, agent_for, condition_hardware, run_jobs
+from mlsys_repro.papers.petrel.pipeline import RunResult, agents_for, condition_hardware, run_jobs
 from mlsys_repro.papers.petrel.schemas import PetrelParams, SyncPolicy
 
 MB = 1e6
@@ -53,10 +53,12 @@ DERIVED = {"best_noncommunity", "mean_noncommunity"}
 
 
 def _agents(ctx: RunContext, task) -> dict[str, Any]:
+    """The trained agents (an :class:`~mlsys_repro.papers.petrel.a3c.AgentSet`) of every A3C policy, for the
+    experiment's seeds."""
     out = {}
     for name, pol in ctx.policies.items():
         if pol.kind == "casp" and pol.grouping == "a3c":
-            out[name] = agent_for(ctx, pol, task)
+            out[name] = agents_for(ctx, pol, task, [int(s) for s in ctx.seeds()])
     return out
 
 
@@ -168,15 +170,19 @@ def _condition(ctx: RunContext, task, hw, agents, note: str, tuning: Sequence[Ru
 
 
 def _gate_rows(agents, decisions) -> list[dict[str, Any]]:
-    """``arms_differ`` (over every run of the experiment) and ``converged`` rows for each A3C policy and run."""
+    """``arms_differ`` (over every run of the experiment) and ``converged`` rows for each A3C policy and run
+    (``converged``: the training of the agent that made the run's decisions, its seed's with per-seed agents)."""
     rows: list[dict[str, Any]] = []
-    for name, agent in agents.items():
+    for name, aset in agents.items():
         mine = [d for d in decisions if d[0] == name]
         differ = arms_differ([d[3] for d in mine])
-        conv = learning_summary(agent.log, len(agent.conditions))["converged"]
+        conv: dict[int, float] = {}
         for _, seed, cond, _ in mine:
-            rows += metric_rows(name, {"arms_differ": (differ, "flag"), "converged": (conv, "flag")}, seeds=[seed],
-                                **cond)
+            if seed not in conv:
+                agent = aset.for_seed(seed)
+                conv[seed] = learning_summary(agent.log, len(agent.conditions))["converged"]
+            rows += metric_rows(name, {"arms_differ": (differ, "flag"), "converged": (conv[seed], "flag")},
+                                seeds=[seed], **cond)
     return rows
 
 
@@ -402,15 +408,19 @@ def ablation(ctx: RunContext):
 def a3c_training(ctx: RunContext):
     """Learning curve of the A3C community agent: ``curve_episode_return`` and ``curve_episode_mean_k`` per episode
     (``episode`` column), ``curve_chunk_return`` per chunk (one pass over every training condition; ``episode`` =
-    episodes done at its end), and the gate metrics ``improved``, ``plateaued`` and ``converged``."""
+    episodes done at its end), and the gate metrics ``improved``, ``plateaued`` and ``converged``; with per-seed
+    agents (``a3c.per_seed``) once per agent, its ``seed`` column the evaluation seed it serves."""
     task = task_for(ctx)
     agents = _agents(ctx, task)
     if not agents:
         raise ValueError("a3c_training needs a casp policy with grouping 'a3c'")
     rows: list[dict[str, Any]] = []
     fig, axes = figure(ncols=2)
-    seed = int(ctx.seed)
-    for name, agent in agents.items():
+    trained = [(name, ev, agent) for name, aset in agents.items() for ev, agent in aset.items()]
+    for name, eval_seed, agent in trained:
+        seed = int(ctx.seed) if eval_seed is None else int(eval_seed)
+        label = name if eval_seed is None else f"{name} (seed {seed})"
+        one = len(trained) == 1 or eval_seed == min(ev for _, ev, _ in trained)  # per-episode dots: one agent's
         log = agent.log
         order = np.argsort(log.episode)
         cols = {k: np.asarray(getattr(log, k))[order] for k in ("episode", "ret", "mean_k", "condition", "chunk",
@@ -431,9 +441,10 @@ def a3c_training(ctx: RunContext):
                                    "converged": (summ["converged"], "flag"),
                                    "complete_chunks": (summ["chunks"], "count"),
                                    "shared_updates": (log.updates, "count")}, seeds=[seed])
-        axes[0, 0].plot(cols["episode"], cols["ret"], ".", alpha=0.3, label=f"{name} episodes")
-        axes[0, 0].plot((chunks + 0.5) * len(agent.conditions), means, "-o", label=f"{name} chunk mean")
-        axes[0, 1].plot(cols["episode"], cols["mean_k"], ".", alpha=0.4, label=name)
+        if one:
+            axes[0, 0].plot(cols["episode"], cols["ret"], ".", alpha=0.3, label=f"{label} episodes")
+        axes[0, 0].plot((chunks + 0.5) * len(agent.conditions), means, "-o", ms=3, lw=1, label=f"{label} chunk mean")
+        axes[0, 1].plot(cols["episode"], cols["mean_k"], ".", alpha=0.4 if one else 0.15, label=label)
     axes[0, 0].set_xlabel("episode")
     axes[0, 0].set_ylabel("episode return (probe log-loss decrease rate)")
     axes[0, 1].set_xlabel("episode")

@@ -143,11 +143,16 @@ class A3CConfig:
     train_speed_ratios: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])
     train_link_gbps: list[float] = field(default_factory=list)  # link rates trained on (empty: the hardware's)
     seed: int = 100_000  # training seeds are seed, seed+1, ... (disjoint from evaluation seeds)
+    # [ours, #50] one agent per evaluation seed s, trained on its own stream seed + 10,000 s (a3c.AGENT_SEED_STRIDE),
+    # so the CIs over seeds include training variance; False: one agent (stream seed) shared by every seed
+    per_seed: bool = False
 
     def __post_init__(self) -> None:
         for k in ("actors", "episodes", "episode_decisions", "t_max", "hidden"):
             if getattr(self, k) < 1:
                 raise ValueError(f"a3c.{k} must be >= 1, got {getattr(self, k)}")
+        if self.episodes > 10_000:  # a3c.AGENT_SEED_STRIDE: per-seed training streams must not overlap
+            raise ValueError(f"a3c.episodes must be <= 10000 (the per-seed stream stride), got {self.episodes}")
         _positive("a3c.lr", self.lr)
         if not (0 <= self.gamma <= 1):
             raise ValueError(f"a3c.gamma must be in [0, 1], got {self.gamma}")
@@ -215,7 +220,14 @@ class PetrelParams:
     model: str = "mlp"
     hidden: int = 32  # mlp width (mlsys_repro.common.models.small.MLP)
     global_batch: int = 512  # samples per BSP round; each of N workers computes on global_batch // N
-    lr: float = 0.2  # SGD step on the mean of N gradients; every gradient is applied as w -= (lr / N) * g
+    # the PS's optimiser: w <- w - (lr / N) * v, v <- momentum * v + sum(g) over the gradients of one apply (one
+    # momentum step per apply: per push under ASP, per round under BSP; sim.ps_update); momentum 0: plain SGD,
+    # w <- w - (lr / N) * sum(g). [ours, #50] momentum 0.9 (the production convention) makes staleness cost
+    # iterations, as in the paper's field; lr 0.03 (effective step lr / (1 - momentum) = 0.3) was picked before the
+    # regeneration from a smoke measurement (README, "What is the paper's, what is ours"); the plain proxy before
+    # #50 was lr 0.2, momentum 0
+    lr: float = 0.03
+    momentum: float = 0.9
     target_accuracy: float = 0.95
     n_train: int = 0  # 0: the whole training split
     n_test: int = 2000
@@ -246,6 +258,8 @@ class PetrelParams:
             if getattr(self, k) < 1:
                 raise ValueError(f"params.{k} must be >= 1, got {getattr(self, k)}")
         _positive("params.lr", self.lr)
+        if not (isinstance(self.momentum, (int, float)) and 0.0 <= self.momentum < 1.0):
+            raise ValueError(f"params.momentum must be in [0, 1) (0: plain SGD), got {self.momentum!r}")
         if not (0 < self.target_accuracy <= 1):
             raise ValueError(f"params.target_accuracy must be in (0, 1], got {self.target_accuracy}")
         if self.eval_every_grads < 1:

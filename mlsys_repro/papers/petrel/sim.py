@@ -30,8 +30,10 @@ Every synchronisation mechanism is a partition of the workers into *groups* plus
 
 * a group runs rounds: its members compute on the parameters they received, their gradients are aggregated
   (at the PS for ``via_leader=False``, otherwise at the group's leader, which then pushes one aggregated message),
-  the PS applies ``w <- w - grad_lr * sum(g)`` (sum in worker order) and sends the new parameters back (to every
-  member, or to the leader, which broadcasts them to the other members);
+  the PS applies :func:`ps_update` to ``sum(g)`` (sum in worker order): ``w <- w - grad_lr * sum(g)``, or with
+  ``momentum`` mu > 0 momentum SGD run by the PS, ``v <- mu v + sum(g); w <- w - grad_lr * v`` (one momentum step
+  per apply: per push under ASP, per round under BSP, as a PS's server-side optimiser does), and sends the new
+  parameters back (to every member, or to the leader, which broadcasts them to the other members);
 * BSP = one group of all workers aggregated at the PS; ASP = singleton groups; SSP/DSSP = singletons with a gate
   that holds a worker's reply while it is too far ahead; CASP = communities aggregated at a leader, asynchronous
   across communities, re-formed by a grouper (A3C, k-means, prior or random) every decision interval;
@@ -144,6 +146,19 @@ class LinkBank:
         return sum(lk.busy for lk in self.links) / len(self.links)
 
 
+def ps_update(w, v, g_sum, lr, mu):
+    """One PS update, a pure function of arrays (numpy or jax.numpy): ``(w', v')``.
+
+    Momentum SGD as a PS's server-side optimiser runs it (heavy ball, PyTorch/MXNet convention):
+    ``v' = mu * v + g_sum``, ``w' = w - lr * v'``. With ``mu = 0`` this is plain SGD, ``w' = w - lr * g_sum``, bit for
+    bit (``0 * v`` is a signed zero and ``+-0 + g = g`` exactly, for finite ``v``). No branch on ``mu``, so it traces
+    under ``jit`` with ``mu`` an array. The simulator calls it once per apply, so a stale gradient enters the momentum
+    buffer as it arrives and keeps acting on later updates: momentum amplifies what staleness costs (Mitliagkas et
+    al. 2016, "Asynchrony begets momentum")."""
+    v = mu * v + g_sum
+    return w - lr * v, v
+
+
 def shard_bytes(nbytes: int, shards: int) -> list[int]:
     """``nbytes`` split over ``shards`` parameter servers: equal parts, the remainder one byte each to the first
     parts; parts of zero bytes are dropped (a message smaller than ``shards`` bytes)."""
@@ -231,12 +246,16 @@ class PSSim:
     def __init__(self, engine: GradEngine, hw: PSClusterHardware, grouper: Grouper, gate: Gate | None = None, *,
                  seed: int, grad_lr: float, batch_size: int, eval_every_grads: int, max_time_s: float,
                  target_accuracy: float = 1.0, decision_every_s: float = 0.0, ewma_alpha: float = 0.2,
-                 max_updates: int = 0, max_gradients: int = 0, label: str = "", record: bool = False):
+                 max_updates: int = 0, max_gradients: int = 0, label: str = "", record: bool = False,
+                 momentum: float = 0.0):
         self.engine, self.hw, self.grouper, self.gate = engine, hw, grouper, gate or Gate()
         self.label, self.seed = label, seed
         n = hw.num_workers
         self.n = n
         self.lr = np.float32(grad_lr)
+        if not (0.0 <= momentum < 1.0):
+            raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+        self.mu = np.float32(momentum)
         self.compute = ComputeModel(hw, seed, batch_size)
         self.sampler = ShardSampler(engine.task.n_train, n, batch_size, seed)
         self.latency = hw.latency_us * 1e-6
@@ -257,6 +276,7 @@ class PSSim:
         self._heap: list = []
         self._seq = 0
         self.w = engine.task.w0.copy()
+        self.v = np.zeros_like(self.w)  # the PS's momentum buffer (without momentum: the last summed gradient)
         self.version = 0
         self.clock = np.zeros(n, dtype=np.int64)  # applied gradients per worker (SSP clocks)
         self.iters = np.zeros(n, dtype=np.int64)
@@ -431,7 +451,7 @@ class PSSim:
         s = grads[0].ticket.value.copy()
         for g in grads[1:]:
             s += g.ticket.value
-        self.w = self.w - self.lr * s
+        self.w, self.v = ps_update(self.w, self.v, s, self.lr, self.mu)
         before = self.version
         self.version += 1
         a = 0.1

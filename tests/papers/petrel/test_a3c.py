@@ -140,11 +140,11 @@ def test_actors_learn_asynchronously_on_shared_parameters(task):
     base = PSClusterHardware(name="t", num_workers=4, class_speeds=[1.0, 0.25])
     built = []
 
-    def make(ep, cond, grouper, engine):
+    def make(hw_seed, cond, grouper, engine):
         n, ratio, gbps = cond
         hw = training_hardware(base, n, ratio, classes=2, link_gbps=gbps)
-        built.append((ep, n, id(engine)))
-        return PSSim(engine, hw, grouper, seed=1000 + ep, grad_lr=0.05, batch_size=8, eval_every_grads=0,
+        built.append((hw_seed - cfg.seed, n, id(engine)))  # hardware seed = stream + episode
+        return PSSim(engine, hw, grouper, seed=hw_seed, grad_lr=0.05, batch_size=8, eval_every_grads=0,
                      max_time_s=0.4 * (1 - 1e-9), decision_every_s=0.1, ewma_alpha=pol.ewma_alpha)
 
     before = init_params(feature_dim(9), 8, 9, cfg.seed)
@@ -173,3 +173,70 @@ def test_agent_key_ignores_class_layout_and_link_rate():
     thw = training_hardware(b, 8, 4.0, link_gbps=1.0)
     assert thw.num_workers == 8 and len(thw.class_speeds) == 4 and thw.ps_bandwidth_gbps == 1.0
     assert thw.class_speeds[-1] == pytest.approx(0.25)
+
+
+def _train_tiny(task, streams, mode="map"):
+    """Two actors, two episodes each, of three decisions on a 4-worker cluster: agents for ``streams``."""
+    from mlsys_repro.papers.petrel.a3c import train_agents
+    from mlsys_repro.papers.petrel.engine import GradEngine
+    from mlsys_repro.papers.petrel.pipeline import training_hardware
+    from mlsys_repro.papers.petrel.sim import PSSim
+
+    cfg = A3CConfig(actors=2, episodes=4, episode_decisions=3, t_max=2, hidden=8, train_workers=[4],
+                    train_speed_ratios=[1.0, 4.0], train_link_gbps=[1.0], per_seed=True)
+    base = PSClusterHardware(name="t", num_workers=4, class_speeds=[1.0, 0.25])
+    hw_seeds = []
+
+    def make(hw_seed, cond, grouper, engine):
+        n, ratio, gbps = cond
+        hw_seeds.append(hw_seed)
+        return PSSim(engine, training_hardware(base, n, ratio, classes=2, link_gbps=gbps), grouper, seed=hw_seed,
+                     grad_lr=0.05, batch_size=8, eval_every_grads=0, max_time_s=0.3 * (1 - 1e-9),
+                     decision_every_s=0.1, momentum=0.5)
+
+    agents = train_agents(cfg, 9, make, lambda: GradEngine(task, mode=mode), streams(cfg))
+    return cfg, agents, hw_seeds
+
+
+def _same_agent(a, b) -> bool:
+    return (all(np.array_equal(a.params[k], b.params[k]) for k in a.params) and a.log.ret == b.log.ret
+            and a.log.mean_k == b.log.mean_k)
+
+
+def test_per_seed_agents_are_distinct_deterministic_and_independent(task):
+    from mlsys_repro.papers.petrel.a3c import AGENT_SEED_STRIDE, agent_stream
+
+    def both(cfg):
+        return [agent_stream(cfg, 0), agent_stream(cfg, 1)]
+
+    cfg, (a0, a1), hw_seeds = _train_tiny(task, both)
+    # seed 0's stream is the shared agent's (a3c.seed); seed 1's is a stride above, and the streams are disjoint
+    assert agent_stream(cfg, 0) == agent_stream(cfg, None) == cfg.seed
+    assert agent_stream(cfg, 1) == cfg.seed + AGENT_SEED_STRIDE
+    assert sorted(hw_seeds) == [cfg.seed + e for e in range(4)] + [cfg.seed + AGENT_SEED_STRIDE + e for e in range(4)]
+    assert a0.cfg.seed == cfg.seed and a1.cfg.seed == cfg.seed + AGENT_SEED_STRIDE
+    assert len(a0.log.ret) == len(a1.log.ret) == 4 and a0.log.updates >= 2 and a1.log.updates >= 2
+    # distinct parameters per seed (own initialisation, own episodes)
+    assert any(not np.array_equal(a0.params[k], a1.params[k]) for k in a0.params)
+    # deterministic per seed: trained again, bit for bit
+    _, (b0, b1), _ = _train_tiny(task, both)
+    assert _same_agent(a0, b0) and _same_agent(a1, b1)
+    # independent of the agents trained beside it (map mode: each gradient independent of its batch)
+    _, (alone,), _ = _train_tiny(task, lambda cfg: [agent_stream(cfg, 1)])
+    assert _same_agent(a1, alone)
+    with pytest.raises(ValueError, match="streams must differ"):
+        _train_tiny(task, lambda cfg: [cfg.seed, cfg.seed])
+
+
+def test_agent_set_serves_each_seed_its_agent():
+    from mlsys_repro.papers.petrel.a3c import AgentSet
+
+    a, b = SharedAgent(A3CConfig(), 9, 0), SharedAgent(A3CConfig(), 9, 1)
+    per = AgentSet(by_seed={0: a, 3: b})
+    assert per.for_seed(3) is b and per.for_seed(0) is a and per.items() == [(0, a), (3, b)]
+    with pytest.raises(KeyError, match="seed 1"):
+        per.for_seed(1)
+    shared = AgentSet(shared=a)
+    assert shared.for_seed(7) is a and shared.items() == [(None, a)]
+    with pytest.raises(ValueError, match="10000"):
+        A3CConfig(episodes=10_001)

@@ -65,22 +65,51 @@ def test_reported_seeds_run_only_the_picked_ks():
     assert _reported_ks(ctx, hw, [], 1) == []  # no tuning runs (no fixed_k): no fixed k at all
 
 
-def test_gate_rows_arms_differ_and_converged():
+def _agent_with_log(table):
+    """A stand-in agent whose training log has one return per (chunk, condition) from ``table``."""
     from mlsys_repro.papers.petrel.a3c import TrainLog
+
+    log = TrainLog()
+    for ch, row in enumerate(table):
+        for c, r in enumerate(row):
+            log.ret.append(float(r))
+            log.chunk.append(ch)
+            log.condition.append(c)
+    return SimpleNamespace(log=log, conditions=[(16, 1.0, 1.0), (16, 4.0, 1.0), (16, 8.0, 1.0)])
+
+
+def test_gate_rows_arms_differ_and_converged():
+    from mlsys_repro.papers.petrel.a3c import AgentSet
     from mlsys_repro.papers.petrel.experiments import _gate_rows
 
-    log = TrainLog()  # no complete chunk -> converged 0
-    agent = SimpleNamespace(log=log, conditions=[(16, 1.0, 1.0), (16, 4.0, 1.0)])
+    agent = _agent_with_log([])  # no complete chunk -> converged 0
     same = [("casp", 0, {"speed_ratio": 1.0}, [4, 4]), ("casp", 0, {"speed_ratio": 8.0}, [4])]
-    rows = pd.DataFrame(_gate_rows({"casp": agent}, same))
+    rows = pd.DataFrame(_gate_rows({"casp": AgentSet(shared=agent)}, same))
     assert set(rows["metric"]) == {"arms_differ", "converged"} and len(rows) == 4
     assert (rows[rows.metric == "arms_differ"]["value"] == 0.0).all()  # constant k: a fixed-k policy in disguise
     assert (rows[rows.metric == "converged"]["value"] == 0.0).all()
     assert sorted(rows[rows.metric == "arms_differ"]["speed_ratio"]) == [1.0, 8.0]
     varied = same + [("casp", 1, {"speed_ratio": 8.0}, [16, 4])]
-    rows = pd.DataFrame(_gate_rows({"casp": agent}, varied))
+    rows = pd.DataFrame(_gate_rows({"casp": AgentSet(shared=agent)}, varied))
     assert (rows[rows.metric == "arms_differ"]["value"] == 1.0).all()
     assert len(rows) == 6
+
+
+def test_gate_rows_read_each_seeds_own_agent():
+    from mlsys_repro.papers.petrel.a3c import AgentSet
+    from mlsys_repro.papers.petrel.experiments import _gate_rows
+
+    # seed 0's agent rises then levels off (converged); seed 1's never improves
+    rising = _agent_with_log([[0.0, 0.1, 0.2]] + [[1.0, 1.1, 1.2], [1.02, 1.08, 1.21], [0.99, 1.12, 1.19],
+                                                   [1.01, 1.09, 1.2]])
+    flat = _agent_with_log([[0.0, 0.1, 0.2], [0.01, 0.09, 0.21], [-0.01, 0.1, 0.2], [0.0, 0.11, 0.19],
+                            [0.01, 0.1, 0.2]])
+    runs = [("casp", 0, {"speed_ratio": 1.0}, [4]), ("casp", 1, {"speed_ratio": 1.0}, [8])]
+    rows = pd.DataFrame(_gate_rows({"casp": AgentSet(by_seed={0: rising, 1: flat})}, runs))
+    conv = rows[rows.metric == "converged"].set_index("seed")["value"]
+    assert conv.to_dict() == {0: 1.0, 1: 0.0}
+    with pytest.raises(KeyError, match="seed 2"):
+        _gate_rows({"casp": AgentSet(by_seed={0: rising})}, [("casp", 2, {}, [4])])
 
 
 def _tuning_rows(times: dict[tuple[int, float], list[float]]) -> list[dict]:
