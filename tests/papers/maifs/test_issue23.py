@@ -338,7 +338,7 @@ def test_best_baseline_is_the_best_heuristic_per_metric_and_the_boundary_is_the_
 # ---------------------------------------------------------------------------------------------- configs
 
 
-@pytest.mark.parametrize("exp", ["headline_philly", "headline_saturn", "load_sweep", "ablation"])
+@pytest.mark.parametrize("exp", ["headline_philly", "headline_saturn", "load_sweep", "ablation", "heavy_tail"])
 @pytest.mark.parametrize("profile", ["smoke", "default"])
 def test_every_experiment_runs_on_equal_footing_and_disjoint_contended_windows(exp, profile):
     from mlsys_repro.common.repro.config import compose, experiment_node
@@ -347,7 +347,7 @@ def test_every_experiment_runs_on_equal_footing_and_disjoint_contended_windows(e
     p = MaifsParams(**node.params)
     assert p.lookahead == p.num_candidates  # heuristics scan as many pending jobs as an agent sees
     assert p.num_running > 0 and p.conflict_blocks  # agents can preempt; conflicts cost a round
-    assert p.cap_duration_h is not None and p.load > 0
+    assert p.cap_duration_h > 0 and p.load > 0  # the headline regime is capped; heavy_tail evaluates uncapped too
     assert not set(p.saturn_train) & set(p.saturn_eval)
     if profile == "default":
         # full episodes, paired on the same window (the input-dependent baseline), and enough of them
@@ -360,6 +360,11 @@ def test_every_experiment_runs_on_equal_footing_and_disjoint_contended_windows(e
             assert 20 <= len(p.saturn_eval) * p.saturn_parts <= 40
         if exp == "load_sweep":
             assert min(p.loads) < 0.9 < max(p.loads)
+        if exp == "heavy_tail":
+            assert p.cap_duration_h in p.tail_caps_h and 0.0 in p.tail_caps_h  # the headline cap and uncapped
+        assert p.bc_rounds >= 1  # the warm start is the behaviour clone
     pols = list(node.policies)
-    if exp != "ablation" or profile == "default":
+    if exp not in ("ablation", "heavy_tail") or profile == "default":
         assert "maifs_prior" in pols and "maifs" in pols
+    if exp in ("ablation", "headline_philly") and profile == "default":
+        assert "maifs_cold" in pols  # the cold start is its own labelled row
