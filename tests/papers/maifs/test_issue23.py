@@ -291,7 +291,8 @@ def test_learning_curve_monitor_is_each_runs_greedy_mean_jct(tiny):
     spec, cl, sm, md = tiny
     cfg = TrainConfig(num_envs=2, rollout_len=8, num_updates=2, updates_per_chunk=1, epochs=1, minibatches=2,
                       lr=3e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, hidden=8, network="maifs",
-                      paired=2, prior_beta=0.0)
+                      paired=2, prior_beta=0.0, credit="team", cf_lambda=0.0, adv_clip=5.0, bc_rounds=0, bc_epochs=1,
+                      bc_lr=1e-3)
     _, _, curve_v = pipeline._compiled(ECFG, cfg, spec.num_servers, RunCache())
     init, _, _, graphdef = make_train(ECFG, cfg, spec.num_servers)
     jobs = stack(windows(seed=0) + windows(seed=1, burst=True) + windows(seed=2))
