@@ -134,7 +134,7 @@ class RLPolicy(BasePolicy):
     # minibatches steps per batch at bc_lr; every learned family gets the same teacher
     warm_start: str = "bc"
     bc_epochs: int = 4
-    bc_lr: float = 3e-3
+    bc_lr: float = 1e-2
     # warm_start prior: the pick prior -prior_beta * (log1p(remaining h) - its least) on pending candidates and
     # -prior_beta on releases (model.srtf_prior), fixed in the network (20 made its greedy policy SRTF's); 0 otherwise
     prior_beta: float = 0.0
