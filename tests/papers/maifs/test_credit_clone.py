@@ -94,7 +94,7 @@ def _teacher_episodes(env: MaifsEnv, var, steps: int = 40):
 
         def body(s, _):
             o = stack_agents(env.get_obs(s), env.agents)
-            p, lv, m = srtf_teacher(o, var)
+            p, lv, m = srtf_teacher(o, var, env.cfg.num_candidates)
             acts = {a: jnp.stack([p[i], lv[i]]) for i, a in enumerate(env.agents)}
             _, s2, _, _, _ = env.step_env(jax.random.key(0), s, acts)
             return s2, (o, p, lv, m)
@@ -134,7 +134,7 @@ def _ce_and_agreement(graphdef, params, var, obs, picks, levels, masks):
 
     model = nnx.merge(graphdef, params)
     flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), (obs, picks, levels, masks))
-    ja = jax.vmap(lambda o, p, lv, m: act(model, o, None, var, replay=(p, lv, m)))(*flat)
+    ja = jax.vmap(lambda o, p, lv, m: act(model, o, None, var, replay=(p, lv, m), k=6))(*flat)
     decide = np.asarray(flat[0]["mask"][..., :-1].any(-1))
     ce = float(-(np.asarray(ja.logp) * decide).sum() / decide.sum())
     agree = float(((np.asarray(ja.probs).argmax(-1) == np.asarray(flat[1])) * decide).sum() / decide.sum())
