@@ -245,28 +245,35 @@ class JointAction(NamedTuple):
 
 def _conditional_masks(base: jax.Array, picks: jax.Array | None, key: jax.Array, logits: jax.Array,
                        sequential, greedy, kk: int, cap: jax.Array | None = None,
-                       gpus: jax.Array | None = None, wide: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+                       gpus: jax.Array | None = None, wide: jax.Array | None = None,
+                       run_ids: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """Sample (or replay ``picks``) agent by agent. With ``sequential`` agent ``i`` sees the state after the
     agents before it: a shared candidate (index < ``kk``) taken by an earlier agent is masked, and, given the
     capacity inputs (``cap [A, 2]``: GPUs placeable at the minimal allocation in the agent's group and in the
     cluster; ``gpus``, ``wide`` ``[A, kk]`` per candidate), so is a placement the capacity left may not hold: a
     group an earlier agent placed on leaves the pool wide jobs draw from, and after a wide placement (which may
-    take GPUs of any group) no other placement is offered in the step. No-op becomes valid when nothing is left.
+    take GPUs of any group) no other placement is offered in the step. Given ``run_ids`` ``[A, R]`` (the running
+    slot behind each release option), a job an earlier agent released (a job spanning several agents' servers is a
+    release option of each) is no release option for later ones. No-op becomes valid when nothing is left.
     Without ``sequential`` the masks are the simultaneous ones (the environment drops conflicting picks).
     ``greedy`` is a Python bool or a traced one (then both are computed and one is selected)."""
     a, n1 = base.shape
     noop = n1 - 1
+    nr = n1 - 1 - kk  # release options per agent
     if cap is None:
         cap = jnp.full((a, 2), jnp.inf)
         gpus = jnp.zeros((a, kk))
         wide = jnp.zeros((a, kk), bool)
+    if run_ids is None:
+        run_ids = -2 - jnp.arange(a * nr, dtype=jnp.int32).reshape(a, nr)  # distinct: no shared release options
 
     def body(carry, x):
-        taken, pool, wide_done = carry
-        i, bm, lg, kx, cp, g, wd = x
+        taken, pool, wide_done, released = carry
+        i, bm, lg, kx, cp, g, wd, rid = x
         room = ~wide_done & jnp.where(wd, g <= pool + 1e-6, True)
         block = (taken | ~room) & sequential
-        m = bm & ~jnp.concatenate([block, jnp.zeros(n1 - kk, bool)])
+        gone = (rid[:, None] == released[None, :]).any(-1) & sequential  # [R] released by an earlier agent
+        m = bm & ~jnp.concatenate([block, gone, jnp.zeros(1, bool)])
         m = m.at[noop].set(m[noop] | ~m[:kk].any())
         if picks is not None:
             p = picks[i]
@@ -276,11 +283,14 @@ def _conditional_masks(base: jax.Array, picks: jax.Array | None, key: jax.Array,
         pw = placed & wd[jnp.clip(p, 0, kk - 1)]
         pool = jnp.where(pw, pool - g[jnp.clip(p, 0, kk - 1)], jnp.where(placed, pool - cp[0], pool))
         taken = taken | ((jnp.arange(kk) == p) & placed)
-        return (taken, pool, wide_done | pw), (p.astype(jnp.int32), m)
+        is_rel = (p >= kk) & (p < kk + nr)
+        released = released.at[i].set(jnp.where(is_rel, rid[jnp.clip(p - kk, 0, max(nr - 1, 0))], -1)) if nr \
+            else released
+        return (taken, pool, wide_done | pw, released), (p.astype(jnp.int32), m)
 
-    init = (jnp.zeros(kk, bool), cap[0, 1], jnp.zeros((), bool))
+    init = (jnp.zeros(kk, bool), cap[0, 1], jnp.zeros((), bool), jnp.full(a, -1, jnp.int32))
     _, (ps, ms) = jax.lax.scan(body, init, (jnp.arange(a), base, logits, jax.random.split(key, a), cap, gpus,
-                                            wide))
+                                            wide, run_ids))
     return ps, ms
 
 
@@ -310,7 +320,7 @@ def act(model, obs: dict, key: jax.Array | None, var: Variant, *, greedy=False,
         g = None if cap is None else jnp.round(obs["jobs"][:, :kk, GPUS_FEATURE] * 8.0)
         wd = None if cap is None else obs["jobs"][:, :kk, WIDE_FEATURE] > 0.5
         picks, masks = _conditional_masks(obs["mask"], None, kp, heads.pick, var.coordination > 0, greedy, kk,
-                                          cap, g, wd)
+                                          cap, g, wd, obs.get("run_ids"))
         lv_logits = model.level_logits(heads, picks, obs["levels"])
         levels = _choose(greedy, kl, lv_logits, lmask)
     else:
@@ -342,7 +352,8 @@ def srtf_teacher(obs: dict, var: Variant, k: int | None = None) -> tuple[jax.Arr
     cap = obs.get("cap")
     g = None if cap is None else jnp.round(jobs[:, :kk, GPUS_FEATURE] * 8.0)
     wd = None if cap is None else jobs[:, :kk, WIDE_FEATURE] > 0.5
-    picks, masks = _conditional_masks(mask, None, jax.random.key(0), logits, True, True, kk, cap, g, wd)
+    picks, masks = _conditional_masks(mask, None, jax.random.key(0), logits, True, True, kk, cap, g, wd,
+                                      obs.get("run_ids"))
     fair_only = jnp.arange(obs["level_mask"].shape[-1]) == 1
     lmask = obs["level_mask"] & ((var.fungible > 0) | fair_only)
     speed = jnp.take_along_axis(obs["levels"][..., 0], jnp.clip(picks, 0, n - 1)[:, None, None], axis=1)[:, 0]

@@ -189,12 +189,12 @@ def _sequential_step(cl, sm, md, windows, key):
     logits = 3.0 * jax.random.normal(k_logit, o["mask"].shape)
     g = jnp.round(o["jobs"][:, :kk, GPUS_FEATURE] * 8.0)
     wd = o["jobs"][:, :kk, WIDE_FEATURE] > 0.5
-    picks, _ = _conditional_masks(o["mask"], None, k_pick, logits, True, False, kk, o["cap"], g, wd)
+    picks, _ = _conditional_masks(o["mask"], None, k_pick, logits, True, False, kk, o["cap"], g, wd, o["run_ids"])
     s2, succ, fail = env.apply(s, picks, jax.random.randint(k_lv, (4,), 0, 4))
     return fail.sum(), overcommit(cl, s2.sim.occ), (succ & (picks < kk)).sum()
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
+@settings(max_examples=80, deadline=None, derandomize=True)
 @given(gpus=st.sampled_from([4, 8]), cpus=st.sampled_from([12.0, 24.0]), seed=st.integers(0, 10_000),
        burst=st.booleans())
 def test_sequential_masks_never_over_commit_capacity(gpus, cpus, seed, burst):
