@@ -281,3 +281,54 @@ def test_restore_cost_is_charged_exactly_once_per_preemption_to_learned_agents(q
         total_pre += pre
         assert got == pytest.approx(want, rel=1e-5)
     assert total_pre >= 3
+
+
+# ---------------------------------------------------------------------------------------------- evaluation and curves
+
+
+def test_stochastic_evaluation_finishes_and_the_traced_greedy_flag_is_greedy(quad):
+    from flax import nnx
+
+    from mlsys_repro.papers.maifs.env import JOB_FEATURES, LEVELS
+    from mlsys_repro.papers.maifs.model import MaifsNet
+    from mlsys_repro.papers.maifs.train import evaluate
+
+    cl, sm, md = quad
+    ecfg = EnvConfig(num_agents=4, num_running=2, restore_s=30.0, **ECFG)
+    prob = Problem(cl, sm, md, stack([_window(3, 12)]))
+    graphdef, params = nnx.split(MaifsNet(6, 6, JOB_FEATURES, len(LEVELS), hidden=8, rngs=nnx.Rngs(0)))
+
+    @jax.jit
+    def run(greedy, key):
+        s = evaluate(ecfg, graphdef, params, variant(), prob, 0, greedy=greedy, key=key)
+        return s.sim.finish, s.steps
+
+    g_py = jax.jit(lambda: evaluate(ecfg, graphdef, params, variant(), prob, 0, greedy=True).sim.finish)()
+    g_tr, _ = run(jnp.asarray(True), jax.random.key(5))
+    np.testing.assert_array_equal(np.asarray(g_tr), np.asarray(g_py))  # one compiled program serves both
+    finishes = [np.asarray(run(jnp.asarray(False), jax.random.key(k))[0]) for k in range(3)]
+    assert all((f[:12] >= 0).all() for f in finishes)  # every sampled episode completes
+    assert any(not np.array_equal(f, np.asarray(g_py)) for f in finishes)  # and it samples
+
+
+def test_curve_rows_carry_the_warm_start_the_clone_and_the_diagnostics():
+    from mlsys_repro.papers.maifs.experiments import _curve_rows
+    from mlsys_repro.papers.maifs.pipeline import Trained
+    from mlsys_repro.papers.maifs.schemas import MaifsParams
+
+    u = 4
+    curves = {"check_jct_h": np.array([[1.0, 0.9], [2.0, 1.9]]), "check_jct_h_start": np.array([1.1, 2.1]),
+              "approx_kl": np.full((2, u), 0.01), "q_loss": np.full((2, u), 0.5), "cut_episodes": np.zeros((2, u)),
+              "credit_spread": np.full((2, u), 0.3), "entropy": np.ones((2, u))}
+    bc = np.array([[[2.0, 0.5, 1.0], [1.0, 0.9, 0.5]], np.full((2, 3), np.nan)])  # seed 1: a cold start
+    tr = Trained(names=["maifs"], seeds=np.array([0, 1]), params=None, var=None, curves=curves, env_cfg=None,
+                 cfg=None, seconds=0.0, bc=bc)
+    p = MaifsParams(num_updates=u, updates_per_chunk=2, num_envs=4, rollout_len=8, paired=2)
+    df = __import__("pandas").DataFrame(_curve_rows(tr, ["maifs"], p))
+    chk = df[df.metric == "curve_check_jct_h"].sort_values(["seed", "step"])
+    assert chk["step"].tolist() == [0, 2, 4, 0, 2, 4] and chk["value"].tolist() == [1.1, 1.0, 0.9, 2.1, 2.0, 1.9]
+    clone = df[df.metric.isin(["bc_loss", "bc_agreement", "bc_entropy"])]
+    assert len(clone) == 6 and set(clone.seed) == {0} and clone["bc_round"].max() == 2  # none for the cold start
+    assert clone[(clone.metric == "bc_agreement") & (clone.bc_round == 2)]["value"].item() == 0.9
+    for m in ("curve_approx_kl", "curve_q_loss", "curve_cut_episodes", "curve_credit_spread", "curve_entropy"):
+        assert len(df[df.metric == m]) == 4, m  # 2 seeds x 2 blocks of updates
