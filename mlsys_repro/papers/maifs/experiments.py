@@ -304,7 +304,8 @@ def _curve_rows(tr: pipeline.Trained, names, p: MaifsParams) -> list[dict]:
     block (what the ``converged`` gate reads, step 0 excluded). ``step`` is the number of PPO updates done at the
     end of the block, ``env_steps`` the environment steps per seed (PPO only). Behaviour cloning, for runs that
     start from the clone: per teacher batch (``bc_round``) the cross-entropy to the teacher, the greedy agreement
-    with its picks (on the batch trained on) and the policy entropy, each the mean of the batch's last epoch.
+    with its picks (on the batch trained on) and the policy entropy, each the mean of the batch's last epoch;
+    ``clone_agreement`` is the last batch's agreement.
     Diagnostics: ``curve_cut_episodes`` (share of training episodes longer than ``rollout_len``, bootstrapped),
     ``curve_q_loss`` (the counterfactual critic's regression loss), ``curve_credit_spread`` (mean absolute gap
     between the per-agent and the team advantage: what per-agent credit changes), ``curve_adv_clip_frac``."""
@@ -320,11 +321,15 @@ def _curve_rows(tr: pipeline.Trained, names, p: MaifsParams) -> list[dict]:
                             "value": float(tr.curves["check_jct_h_start"][k]), "unit": "h", "step": 0,
                             "env_steps": 0})
             if tr.bc is not None:
-                for r, vals in enumerate(np.asarray(tr.bc[k], float)):
+                bc = np.asarray(tr.bc[k], float)
+                for r, vals in enumerate(bc):
                     for (metric, unit), val in zip(BC_METRICS, vals, strict=True):
                         if np.isfinite(val):
                             out.append({"policy": n, "seed": int(s), "metric": metric, "value": float(val),
                                         "unit": unit, "bc_round": r + 1})
+                if np.isfinite(bc[-1, 1]):  # the clone as PPO receives it (claim clone_matches_teacher)
+                    out.append({"policy": n, "seed": int(s), "metric": "clone_agreement", "value": float(bc[-1, 1]),
+                                "unit": "fraction"})
             for j, val in enumerate(np.asarray(tr.curves["check_jct_h"][k], float)):
                 out.append({"policy": n, "seed": int(s), "metric": "curve_check_jct_h", "value": float(val),
                             "unit": "h", "step": (j + 1) * per, "env_steps": (j + 1) * per * steps})

@@ -330,5 +330,6 @@ def test_curve_rows_carry_the_warm_start_the_clone_and_the_diagnostics():
     clone = df[df.metric.isin(["bc_loss", "bc_agreement", "bc_entropy"])]
     assert len(clone) == 6 and set(clone.seed) == {0} and clone["bc_round"].max() == 2  # none for the cold start
     assert clone[(clone.metric == "bc_agreement") & (clone.bc_round == 2)]["value"].item() == 0.9
+    assert df[df.metric == "clone_agreement"][["seed", "value"]].values.tolist() == [[0, 0.9]]
     for m in ("curve_approx_kl", "curve_q_loss", "curve_cut_episodes", "curve_credit_spread", "curve_entropy"):
         assert len(df[df.metric == m]) == 4, m  # 2 seeds x 2 blocks of updates
