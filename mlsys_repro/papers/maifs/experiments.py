@@ -294,7 +294,9 @@ CURVE_METRICS = {"jct_h": ("curve_train_jct_h", "h"), "reward": ("curve_train_re
                  "cut_episodes": ("curve_cut_episodes", "fraction"), "q_loss": ("curve_q_loss", "normalised"),
                  "credit_spread": ("curve_credit_spread", "normalised"),
                  "adv_clip_frac": ("curve_adv_clip_frac", "fraction")}
-BC_METRICS = (("bc_loss", "nats"), ("bc_agreement", "fraction"), ("bc_entropy", "nats"))
+# train.BC_STATS's columns, in order
+BC_METRICS = (("bc_loss", "nats"), ("bc_agreement", "fraction"), ("bc_entropy", "nats"),
+              ("bc_level_agreement", "fraction"), ("bc_own_agreement", "fraction"))
 
 
 def _curve_rows(tr: pipeline.Trained, names, p: MaifsParams) -> list[dict]:
@@ -303,8 +305,10 @@ def _curve_rows(tr: pipeline.Trained, names, p: MaifsParams) -> list[dict]:
     ``curve_check_jct_h``, the greedy JCT on the curve windows at the warm start (step 0) and at the end of each
     block (what the ``converged`` gate reads, step 0 excluded). ``step`` is the number of PPO updates done at the
     end of the block, ``env_steps`` the environment steps per seed (PPO only). Behaviour cloning, for runs that
-    start from the clone: per teacher batch (``bc_round``) the cross-entropy to the teacher, the greedy agreement
-    with its picks (on the batch trained on) and the policy entropy, each the mean of the batch's last epoch;
+    start from the clone: per cloning batch (``bc_round``) the cross-entropy to the teacher, the greedy agreement
+    with its picks and with its levels (on the batch trained on) and the policy entropy, each the mean of the batch's
+    last epoch, and ``bc_own_agreement``, the clone's pick agreement with the teacher's relabelling on the episodes
+    it drove itself (DAgger), measured before it trained on them (held out, on its own state distribution);
     ``clone_agreement`` is the last batch's agreement.
     Diagnostics: ``curve_cut_episodes`` (share of training episodes longer than ``rollout_len``, bootstrapped),
     ``curve_q_loss`` (the counterfactual critic's regression loss), ``curve_credit_spread`` (mean absolute gap

@@ -73,7 +73,8 @@ def train_config(p: MaifsParams, pol: RLPolicy, clone: bool = True) -> TrainConf
                        lr=pol.lr, gamma=pol.gamma, gae_lambda=pol.gae_lambda, clip_eps=pol.clip_eps,
                        ent_coef=pol.ent_coef, hidden=pol.hidden, network=pol.network, paired=p.paired,
                        prior_beta=pol.prior_beta, credit=pol.credit, cf_lambda=pol.cf_lambda, adv_clip=pol.adv_clip,
-                       bc_rounds=p.bc_rounds if clone else 0, bc_epochs=pol.bc_epochs, bc_lr=pol.bc_lr)
+                       bc_rounds=p.bc_rounds if clone else 0, bc_epochs=pol.bc_epochs, bc_lr=pol.bc_lr,
+                       bc_dagger=pol.bc_dagger)
 
 
 def _compiled(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int, cache: RunCache):
@@ -120,7 +121,7 @@ class Trained:
     seconds: float
     init_params: Any = None  # the same networks before PPO (the warm start: the behaviour clone, or random)
     check: dict[str, np.ndarray] | None = None  # {"trained"|"untrained": [variant*seed] mean JCT, training windows}
-    bc: np.ndarray | None = None  # [variant*seed, bc_rounds, 3] behaviour cloning: loss, agreement, entropy
+    bc: np.ndarray | None = None  # [variant*seed, bc_rounds, len(train.BC_STATS)] behaviour cloning per round
     trace: str = "philly"
     key: str = ""  # cache key of the training's inputs (identifies it in the run cache)
 

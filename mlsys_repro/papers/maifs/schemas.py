@@ -135,6 +135,10 @@ class RLPolicy(BasePolicy):
     warm_start: str = "bc"
     bc_epochs: int = 4
     bc_lr: float = 1e-2
+    # DAgger (Ross et al., 2011): this share of every cloning batch after the first is driven by the clone so far
+    # (greedy) and each of its agents' decisions relabelled with the teacher's where that agent stood, so the clone
+    # also learns on the states its own mistakes lead to; 0 = plain behaviour cloning on teacher episodes
+    bc_dagger: float = 0.0
     # warm_start prior: the pick prior -prior_beta * (log1p(remaining h) - its least) on pending candidates and
     # -prior_beta on releases (model.srtf_prior), fixed in the network (20 made its greedy policy SRTF's); 0 otherwise
     prior_beta: float = 0.0
@@ -167,13 +171,15 @@ class RLPolicy(BasePolicy):
             raise ValueError(f"credit must be one of {CREDITS}, got {self.credit!r}")
         if not 0 <= self.cf_lambda <= 1 or self.adv_clip <= 0 or self.bc_epochs < 1 or self.bc_lr <= 0:
             raise ValueError("need 0 <= cf_lambda <= 1, adv_clip > 0, bc_epochs >= 1 and bc_lr > 0")
+        if not 0 <= self.bc_dagger <= 1:
+            raise ValueError(f"bc_dagger must be in [0, 1], got {self.bc_dagger}")
 
     def hyper(self) -> tuple:
         """The training hyper-parameters that must agree between variants trained together (``warm_start`` and
         the ablation switches are per-run, traced)."""
         return (self.hidden, self.lr, self.gamma, self.gae_lambda, self.clip_eps, self.ent_coef, self.epochs,
                 self.minibatches, self.prior_beta, self.credit, self.cf_lambda, self.adv_clip, self.bc_epochs,
-                self.bc_lr)
+                self.bc_lr, self.bc_dagger)
 
 
 @dataclass

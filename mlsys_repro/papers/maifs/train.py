@@ -30,11 +30,14 @@ One update, the recipe of scheduling RL with stochastic inputs (Decima; Mao et a
   environment's ``reward_scale``; returns by ValueNorm).
 * ``epochs`` x ``minibatches`` clipped-surrogate updates; the entropy bonus anneals linearly to 0.
 * **Warm start by behaviour cloning** (``bc_rounds > 0``, runs whose :class:`~mlsys_repro.papers.maifs.model.Variant`
-  has ``warm = 1``): before PPO, ``bc_rounds`` batches of teacher episodes (Synergy-tune SRTF in MAIFS's action
-  space, :func:`~mlsys_repro.papers.maifs.model.srtf_teacher`, on random training windows) and ``bc_epochs`` x
-  ``minibatches`` cross-entropy steps each (``bc_lr``) on the teacher's joint actions, replayed under the teacher's
-  sequential masks. The clone is the policy's initial parameters (the ``maifs_prior`` row); PPO starts from it.
-  ``warm = 0`` runs start from the random initialisation (the cold start).
+  has ``warm = 1``): before PPO, ``bc_rounds`` batches of ``num_envs`` episodes on random training windows, each
+  followed by ``bc_epochs`` x ``minibatches`` cross-entropy steps (``bc_lr``) to the teacher's decisions (Synergy-tune
+  SRTF in MAIFS's action space, :func:`~mlsys_repro.papers.maifs.model.srtf_teacher`: pick and allocation level of
+  every agent, under the masks that agent faced). The first batch is teacher episodes; with ``bc_dagger > 0`` that
+  share of every later batch is driven by the clone so far (greedy) and relabelled by the teacher where each agent
+  stood (DAgger: the clone learns to recover from the states its own mistakes lead to). The clone is the policy's
+  initial parameters (the ``maifs_prior`` row); PPO starts from it. ``warm = 0`` runs start from the random
+  initialisation (the cold start).
 
 Chunks exist so a long training can be checkpointed and resumed (``mlsys_repro.common.repro.checkpoint.run_chunked``).
 Centralised training, decentralised execution: every agent acts from its own observation with shared parameters
@@ -58,9 +61,13 @@ from mlsys_repro.common.rl.marl import stack_agents
 from mlsys_repro.common.sim.cluster import Cluster, JobTable, SpeedModel, is_done
 from mlsys_repro.papers.maifs.baselines import ModelDemand
 from mlsys_repro.papers.maifs.env import JOB_FEATURES, LEVELS, PRIV_FEATURES, EnvConfig, EnvState, MaifsEnv
-from mlsys_repro.papers.maifs.model import FlatNet, MaifsNet, Variant, act, srtf_teacher
+from mlsys_repro.papers.maifs.model import FlatNet, MaifsNet, Variant, act, srtf_teacher, teacher_relabel
 
 CREDITS = ("team", "counterfactual")
+# behaviour cloning per round (RunnerState.bc's columns): cross-entropy to the teacher, greedy agreement with its pick
+# and its level on the batch trained on (last epoch), policy entropy, and the clone's pick agreement on its own
+# (DAgger) episodes of the batch before training on them
+BC_STATS = ("loss", "agreement", "entropy", "level_agreement", "own_agreement")
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,7 @@ class TrainConfig:
     bc_rounds: int  # behaviour-cloning rounds (teacher batches) before PPO for warm runs; 0 = none
     bc_epochs: int  # cross-entropy epochs per teacher batch (each of ``minibatches`` steps)
     bc_lr: float
+    bc_dagger: float  # share of every cloning batch after the first driven by the clone and relabelled (DAgger)
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     value_norm_beta: float = 0.95  # EMA of the return statistics per update (MAPPO's ValueNorm, debiased)
@@ -110,8 +118,8 @@ class TrainConfig:
             raise ValueError(f"credit must be one of {CREDITS}, got {self.credit!r}")
         if not 0.0 <= self.cf_lambda <= 1.0 or self.adv_clip <= 0:
             raise ValueError("need 0 <= cf_lambda <= 1 and adv_clip > 0")
-        if self.bc_rounds < 0 or self.bc_epochs < 1 or self.bc_lr <= 0:
-            raise ValueError("need bc_rounds >= 0, bc_epochs >= 1 and bc_lr > 0")
+        if self.bc_rounds < 0 or self.bc_epochs < 1 or self.bc_lr <= 0 or not 0.0 <= self.bc_dagger <= 1.0:
+            raise ValueError("need bc_rounds >= 0, bc_epochs >= 1, bc_lr > 0 and 0 <= bc_dagger <= 1")
         for k in ("num_envs", "rollout_len", "num_updates", "updates_per_chunk", "epochs", "minibatches", "hidden"):
             if getattr(self, k) < 1:
                 raise ValueError(f"{k} must be >= 1")
@@ -178,7 +186,7 @@ class RunnerState(NamedTuple):
     key: jax.Array
     update: jax.Array
     vnorm: ValueNorm
-    bc: jax.Array  # [max(bc_rounds, 1), 3] behaviour cloning per round: loss, teacher agreement, entropy (NaN: none)
+    bc: jax.Array  # [max(bc_rounds, 1), len(BC_STATS)] behaviour cloning per round (NaN: none)
 
 
 def counterfactual_advantage(team: jax.Array, q: jax.Array, probs: jax.Array, picks: jax.Array,
@@ -223,6 +231,50 @@ def _masked_var(x: jax.Array, mask: jax.Array) -> jax.Array:
     return (((x - mean) ** 2) * m).sum() / n
 
 
+def cloning_batch(env: MaifsEnv, model, var: Variant, key: jax.Array, num_envs: int, steps: int, clone_share
+                  ) -> tuple[dict, jax.Array]:
+    """Behaviour-cloning data: ``num_envs`` episodes on random windows of ``env`` for ``steps`` decision steps, the
+    first ``round(clone_share * num_envs)`` driven by ``model`` (greedy, as the clone is evaluated), the others by
+    the teacher (:func:`~mlsys_repro.papers.maifs.model.srtf_teacher`; every episode when ``model`` is None: then
+    no network is traced). Every agent decision is labelled with the
+    teacher's decision where that agent stood (:func:`~mlsys_repro.papers.maifs.model.teacher_relabel` under the
+    masks it faced): on teacher episodes the teacher's own joint action, on the model's the DAgger relabelling of the
+    states the model visits.
+
+    Returns ``({"obs", "picks", "levels", "masks", "alive"}`` with leading axes ``[steps, num_envs]``: the labels
+    are ``picks`` and ``levels``, ``masks`` what each agent sampled under, ``alive`` the episode had not ended)
+    and ``[agreed, decisions]``: the model's greedy picks against the labels on its own episodes, over the agent
+    decisions with more than one option."""
+    agents = env.agents
+    kk = env.cfg.num_candidates
+    k_win, k_env = jax.random.split(key)
+    wins = jax.random.randint(k_win, (num_envs,), 0, env.num_windows)
+    obs, env_state = jax.vmap(env.reset_window)(wins)
+    obs_st = jax.vmap(lambda o: stack_agents(o, agents))(obs)
+    by_model = (jnp.arange(num_envs) < jnp.round(clone_share * num_envs))[:, None]
+
+    def step(carry, k):
+        env_state, obs_st, alive, hits = carry
+        tp, tl, tm = jax.vmap(lambda o: srtf_teacher(o, var, kk))(obs_st)
+        if model is None:
+            picks, levels, masks, lp, ll = tp, tl, tm, tp, tl
+        else:
+            ja = jax.vmap(lambda o: act(model, o, None, var, greedy=True, k=kk))(obs_st)
+            picks, levels = jnp.where(by_model, ja.picks, tp), jnp.where(by_model, ja.levels, tl)
+            masks = jnp.where(by_model[..., None], ja.pick_masks, tm)
+            lp, ll = jax.vmap(lambda o, m: teacher_relabel(o, var, m, kk))(obs_st, masks)
+            own = by_model & alive[:, None] & (masks.sum(-1) > 1)
+            hits = hits + jnp.stack([((ja.picks == lp) & own).sum(), own.sum()]).astype(jnp.float32)
+        actions = {a: jnp.stack([picks[:, i], levels[:, i]], -1) for i, a in enumerate(agents)}
+        obs, env_state, _, done, _ = jax.vmap(env.step_env)(jax.random.split(k, num_envs), env_state, actions)
+        obs2 = jax.vmap(lambda o: stack_agents(o, agents))(obs)
+        return (env_state, obs2, alive & ~done["__all__"], hits), (obs_st, lp, ll, masks, alive)
+
+    (_, _, _, hits), (o, p, lv, m, al) = jax.lax.scan(
+        step, (env_state, obs_st, jnp.ones(num_envs, bool), jnp.zeros(2)), jax.random.split(k_env, steps))
+    return {"obs": o, "picks": p, "levels": lv, "masks": m, "alive": al}, hits
+
+
 def make_train(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
     """``(init, chunk, train, graphdef)``: ``init(key, var, prob)``, ``chunk(rs, var, prob)``, ``train(key, var,
     prob)``; pure functions to jit and vmap (over seeds and :class:`~mlsys_repro.papers.maifs.model.Variant`)."""
@@ -241,45 +293,45 @@ def make_train(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
     cf = cfg.credit == "counterfactual"
     bc_tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.bc_lr))
 
-    def teacher_batch(key, var: Variant, prob: Problem):
-        """A flat batch of ``num_envs`` teacher episodes on random training windows (``rollout_len`` steps)."""
-        env = env_of(prob)
-        agents = env.agents
-        wins = jax.random.randint(key, (e,), 0, env.num_windows)
-        obs, env_state = jax.vmap(env.reset_window)(wins)
-        obs_st = jax.vmap(lambda o: stack_agents(o, agents))(obs)
+    dagger = cfg.bc_dagger > 0 and cfg.bc_rounds > 1  # else every batch is the teacher's: no clone rollouts traced
 
-        def step(carry, _):
-            env_state, obs_st, alive = carry
-            picks, levels, masks = jax.vmap(lambda o: srtf_teacher(o, var, kk))(obs_st)
-            actions = {a: jnp.stack([picks[:, i], levels[:, i]], -1) for i, a in enumerate(agents)}
-            obs, env_state, _, done, _ = jax.vmap(env.step_env)(jax.random.split(key, e), env_state, actions)
-            obs2 = jax.vmap(lambda o: stack_agents(o, agents))(obs)
-            return (env_state, obs2, alive & ~done["__all__"]), (obs_st, picks, levels, masks, alive)
-
-        _, (o, p, lv, m, al) = jax.lax.scan(step, (env_state, obs_st, jnp.ones(e, bool)), None,
-                                            length=cfg.rollout_len)
-        return ppo.flatten_batch({"obs": o, "picks": p, "levels": lv, "masks": m, "alive": al})
+    def bc_batch(params, key, var: Variant, prob: Problem, clone_share):
+        """:func:`cloning_batch` of the clone ``params``, flattened to ``[rollout_len * num_envs]``."""
+        model = nnx.merge(graphdef, params) if dagger else None
+        batch, hits = cloning_batch(env_of(prob), model, var, key, e, cfg.rollout_len, clone_share)
+        return ppo.flatten_batch(batch), hits
 
     def bc_loss(params, var, mb):
-        """Cross-entropy of the policy to the teacher's joint actions, replayed under the teacher's masks (per
-        agent decision with a real choice); aux: greedy agreement with the teacher's pick, entropy."""
+        """Cross-entropy of the policy to the teacher's labels (pick and, where it places, level) under the masks
+        each agent faced, per agent decision with a real choice; aux: greedy agreement with the teacher's pick (where
+        the pick had options) and level (where it placed), entropy."""
         model = nnx.merge(graphdef, params)
         ja = jax.vmap(lambda o, p, lv, m: act(model, o, None, var, replay=(p, lv, m), k=kk))(
             mb["obs"], mb["picks"], mb["levels"], mb["masks"])
-        decide = (mb["obs"]["mask"][..., :-1].any(-1) & mb["alive"][:, None]).astype(jnp.float32)
-        n = jnp.maximum(decide.sum(), 1.0)
-        agree = (jnp.argmax(ja.probs, -1) == mb["picks"]).astype(jnp.float32)
-        return -(ja.logp * decide).sum() / n, ((agree * decide).sum() / n, (ja.entropy * decide).sum() / n)
+        alive = mb["alive"][:, None]
+        choice = (mb["masks"].sum(-1) > 1) & alive  # [B, A] the pick had options
+        placed = (mb["picks"] < kk) & alive  # [B, A] a level was chosen
+        live = (choice | placed).astype(jnp.float32)
+        n = jnp.maximum(live.sum(), 1.0)
+        nc, npl = jnp.maximum(choice.sum(), 1), jnp.maximum(placed.sum(), 1)
+        pick_ok = (jnp.argmax(ja.probs, -1) == mb["picks"]) & choice
+        lv_ok = (ja.level_mode == mb["levels"]) & placed
+        return -(ja.logp * live).sum() / n, (pick_ok.sum() / nc, (ja.entropy * live).sum() / n, lv_ok.sum() / npl)
 
     def behaviour_clone(params, key, var: Variant, prob: Problem):
-        """``bc_rounds`` x (a teacher batch, ``bc_epochs`` x ``minibatches`` cross-entropy steps); returns the
-        clone's parameters and per round the last epoch's mean (loss, agreement, entropy)."""
+        """``bc_rounds`` x (a batch of episodes, ``bc_epochs`` x ``minibatches`` cross-entropy steps). The first
+        batch is the teacher's episodes; with ``bc_dagger > 0`` that share of every later batch is driven by the
+        clone so far and relabelled by the teacher (DAgger, Ross et al., AISTATS 2011: the clone learns the
+        teacher's decisions on the states its own mistakes lead to, not only on the teacher's). Returns the clone's
+        parameters and per round ``BC_STATS``: the last epoch's mean loss, pick agreement, entropy and level
+        agreement, and the clone's pick agreement on its own episodes of that batch before training on them
+        (NaN without any)."""
 
-        def round_(carry, _):
+        def round_(carry, r):
             p, o, key = carry
             key, k_data, k_mb = jax.random.split(key, 3)
-            batch = teacher_batch(k_data, var, prob)
+            batch, hits = bc_batch(p, k_data, var, prob, jnp.where(r > 0, cfg.bc_dagger, 0.0))
+            own = jnp.where(hits[1] > 0, hits[0] / jnp.maximum(hits[1], 1.0), jnp.nan)
 
             def epoch(c, _):
                 p, o, key = c
@@ -295,15 +347,15 @@ def make_train(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
                 return (p, o, key), st.mean(0)
 
             (p, o, _), st = jax.lax.scan(epoch, (p, o, k_mb), None, length=cfg.bc_epochs)
-            return (p, o, key), st[-1]
+            return (p, o, key), jnp.concatenate([st[-1], own[None]])
 
-        (p, _, _), m = jax.lax.scan(round_, (params, bc_tx.init(params), key), None, length=cfg.bc_rounds)
+        (p, _, _), m = jax.lax.scan(round_, (params, bc_tx.init(params), key), jnp.arange(cfg.bc_rounds))
         return p, m
 
     def init(key, var: Variant, prob: Problem) -> RunnerState:
         k_init, k_bc, k_run = jax.random.split(key, 3)
         params = nnx.state(build_model(env_cfg, cfg, num_servers, nnx.Rngs(k_init)), nnx.Param)
-        bc = jnp.full((1, 3), jnp.nan)
+        bc = jnp.full((1, len(BC_STATS)), jnp.nan)
         if cfg.bc_rounds:
             clone, bc = behaviour_clone(params, k_bc, var, prob)
             params = jax.tree.map(lambda a, b: jnp.where(var.warm > 0, a, b), clone, params)
@@ -451,5 +503,5 @@ def env_done(env: MaifsEnv, st: EnvState) -> jax.Array:
     return is_done(st.sim, st.jobs) | (st.sim.stats.rounds >= env.cfg.max_rounds)
 
 
-__all__ = ["CREDITS", "Problem", "RunnerState", "TrainConfig", "Transition", "ValueNorm", "build_model",
-           "counterfactual_advantage", "env_done", "evaluate", "make_train"]
+__all__ = ["BC_STATS", "CREDITS", "Problem", "RunnerState", "TrainConfig", "Transition", "ValueNorm", "build_model",
+           "cloning_batch", "counterfactual_advantage", "env_done", "evaluate", "make_train"]

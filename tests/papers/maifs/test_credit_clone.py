@@ -16,8 +16,15 @@ from mlsys_repro.common.rl.marl import stack_agents
 from mlsys_repro.common.sim.cluster import ClusterSpec, SimConfig, overcommit, simulate
 from mlsys_repro.papers.maifs.baselines import Heuristic, make_schedule
 from mlsys_repro.papers.maifs.env import GPUS_FEATURE, REMAINING_FEATURE, WIDE_FEATURE, EnvConfig, MaifsEnv
-from mlsys_repro.papers.maifs.model import _conditional_masks, act, srtf_teacher, variant
-from mlsys_repro.papers.maifs.train import Problem, TrainConfig, counterfactual_advantage, make_train
+from mlsys_repro.papers.maifs.model import _conditional_masks, act, srtf_teacher, teacher_relabel, variant
+from mlsys_repro.papers.maifs.train import (
+    BC_STATS,
+    Problem,
+    TrainConfig,
+    cloning_batch,
+    counterfactual_advantage,
+    make_train,
+)
 from mlsys_repro.papers.maifs.windows import Window, stack
 from tests.papers.maifs.conftest import tiny_tables
 
@@ -104,12 +111,18 @@ def _teacher_episodes(env: MaifsEnv, var, steps: int = 40):
     return jax.jit(jax.vmap(run))(jnp.arange(env.num_windows))
 
 
-def test_srtf_teacher_takes_the_shortest_valid_job_at_the_fastest_level_and_never_releases(quad):
-    cl, sm, md = quad
-    env = MaifsEnv(cl, sm, md, stack([_window(s) for s in range(4)]),
+@pytest.fixture(scope="module")
+def teacher_run():
+    """The quad cluster with release options, 4 windows, and the teacher's episodes on them (shared: one rollout)."""
+    sm, md = tiny_tables()
+    env = MaifsEnv(ClusterSpec.uniform(1, 4, 4, 12.0, 250.0).arrays(), sm, md, stack([_window(s) for s in range(4)]),
                    EnvConfig(num_agents=4, num_running=2, restore_s=30.0, **ECFG))
+    return env, _teacher_episodes(env, variant())
+
+
+def test_srtf_teacher_takes_the_shortest_valid_job_at_the_fastest_level_and_never_releases(teacher_run):
+    env, (final, (obs, picks, levels, masks)) = teacher_run
     kk = 6
-    final, (obs, picks, levels, masks) = _teacher_episodes(env, variant())
     picks, levels, masks = np.asarray(picks), np.asarray(levels), np.asarray(masks)
     rem = np.asarray(obs["jobs"])[..., :kk, REMAINING_FEATURE]
     speed = np.asarray(obs["levels"])[..., 0]  # [W, T, A, K+R, L]
@@ -129,6 +142,82 @@ def test_srtf_teacher_takes_the_shortest_valid_job_at_the_fastest_level_and_neve
     assert (np.asarray(lv2)[np.asarray(p2) < kk] == 1).all()
 
 
+def test_the_clones_labels_are_the_teachers_decisions(teacher_run):
+    # relabelling every agent of a teacher episode under the masks it faced gives back the teacher's joint action
+    # (pick and level), release options included: the labels are exactly what the teacher did
+    env, (_, (obs, picks, levels, masks)) = teacher_run
+    lp, ll = jax.jit(jax.vmap(jax.vmap(lambda o, m: teacher_relabel(o, variant(), m, 6))))(obs, masks)
+    np.testing.assert_array_equal(np.asarray(lp), np.asarray(picks))
+    np.testing.assert_array_equal(np.asarray(ll), np.asarray(levels))
+    assert (np.asarray(masks)[..., 6:8].any(-1) & np.asarray(masks)[..., :6].any(-1)).any()  # releases were offered
+
+
+def test_relabelling_at_a_decision_point_is_the_teachers_choice_there():
+    # two agents, three shared candidates (remaining work 0.5, 0.2, 0.9), one release option each
+    rem = np.array([0.5, 0.2, 0.9, 0.1])  # the last entry is a running job (release option): never the label
+    jobs = np.zeros((2, 4, 16), np.float32)
+    jobs[..., REMAINING_FEATURE] = rem
+    obs = {"jobs": jnp.asarray(jobs), "mask": jnp.ones((2, 5), bool)}
+    masks = jnp.array([[1, 1, 1, 1, 0],  # agent 0 saw every candidate
+                       [1, 0, 1, 1, 0]], bool)  # agent 1 stood where an earlier agent had taken candidate 1
+    p, lv = teacher_relabel(obs, variant(), masks, 3)
+    assert p.tolist() == [1, 0] and lv.tolist() == [3, 3]  # the shortest valid job, at its best demand
+    only_release = jnp.array([[0, 0, 0, 1, 1], [0, 0, 1, 1, 0]], bool)
+    p, _ = teacher_relabel(obs, variant(), only_release, 3)
+    assert p.tolist() == [4, 2]  # no placement: no-op, never a release
+    _, lv = teacher_relabel(obs, variant(fungible=False), masks, 3)
+    assert lv.tolist() == [1, 1]  # the non-fungible variant's label is fair share
+
+
+def test_dagger_batches_are_the_clones_states_labelled_by_the_teacher(quad):
+    """``cloning_batch``: the episodes the clone drives are its own greedy rollouts (states, masks), each agent
+    labelled with the teacher's decision under the masks that agent faced; teacher-driven episodes carry the
+    teacher's joint actions; the agreement counts are the clone's on its own episodes."""
+    from flax import nnx
+
+    from mlsys_repro.papers.maifs.env import JOB_FEATURES, LEVELS
+    from mlsys_repro.papers.maifs.model import MaifsNet
+
+    cl, sm, md = quad
+    env = MaifsEnv(cl, sm, md, stack([_window(7, 12)]), EnvConfig(num_agents=4, num_running=2, restore_s=30.0, **ECFG))
+    model = MaifsNet(6, 6, JOB_FEATURES, len(LEVELS), hidden=8, rngs=nnx.Rngs(0))  # an untrained "clone"
+    graphdef, params = nnx.split(model)
+    steps, var = 12, variant()
+
+    @jax.jit
+    def run(params):
+        m = nnx.merge(graphdef, params)
+        batch, hits = cloning_batch(env, m, var, jax.random.key(3), 2, steps, 0.5)  # env 0: the clone; env 1: teacher
+        _, s = env.reset_window(0)
+
+        def greedy(s, _):  # the clone's own greedy rollout of the window, for comparison
+            o = stack_agents(env.get_obs(s), env.agents)
+            ja = act(m, o, None, var, greedy=True, k=6)
+            _, s2, _, _, _ = env.step_env(jax.random.key(0), s, {a: jnp.stack([ja.picks[i], ja.levels[i]])
+                                                                 for i, a in enumerate(env.agents)})
+            return s2, (o, ja.picks, ja.pick_masks)
+
+        _, own = jax.lax.scan(greedy, s, None, length=steps)
+        teacher = jax.vmap(lambda o: srtf_teacher(o, var, 6))(jax.tree.map(lambda x: x[:, 1], batch["obs"]))
+        relabel = jax.vmap(lambda o, mk: teacher_relabel(o, var, mk, 6))(
+            jax.tree.map(lambda x: x[:, 0], batch["obs"]), batch["masks"][:, 0])
+        return batch, hits, own, teacher, relabel
+
+    batch, hits, (o_own, p_own, m_own), (tp, tl, tm), (rp, rl) = jax.device_get(run(params))
+    alive = batch["alive"][:, 0]
+    assert alive.all()  # every step is a live decision of the clone's episode
+    np.testing.assert_array_equal(batch["obs"]["jobs"][:, 0], o_own["jobs"])  # the states the clone visits
+    np.testing.assert_array_equal(batch["masks"][:, 0], m_own)  # under the masks it sampled under
+    np.testing.assert_array_equal(batch["picks"][:, 0], rp)  # labelled with the teacher's decision there
+    np.testing.assert_array_equal(batch["levels"][:, 0], rl)
+    choice = m_own.sum(-1) > 1
+    assert (p_own != rp)[choice].any()  # the untrained clone errs: the batch carries the corrections
+    np.testing.assert_array_equal(hits, [((p_own == rp) & choice).sum(), choice.sum()])
+    np.testing.assert_array_equal(batch["picks"][:, 1], tp)  # the teacher's episode: its own joint actions
+    np.testing.assert_array_equal(batch["levels"][:, 1], tl)
+    np.testing.assert_array_equal(batch["masks"][:, 1], tm)
+
+
 def _ce_and_agreement(graphdef, params, var, obs, picks, levels, masks):
     from flax import nnx
 
@@ -136,32 +225,37 @@ def _ce_and_agreement(graphdef, params, var, obs, picks, levels, masks):
     flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), (obs, picks, levels, masks))
     ja = jax.vmap(lambda o, p, lv, m: act(model, o, None, var, replay=(p, lv, m), k=6))(*flat)
     decide = np.asarray(flat[0]["mask"][..., :-1].any(-1))
+    placed = np.asarray(flat[1]) < 6
     ce = float(-(np.asarray(ja.logp) * decide).sum() / decide.sum())
     agree = float(((np.asarray(ja.probs).argmax(-1) == np.asarray(flat[1])) * decide).sum() / decide.sum())
-    return ce, agree
+    level = float(((np.asarray(ja.level_mode) == np.asarray(flat[2])) * placed).sum() / placed.sum())
+    return ce, agree, level
 
 
 def test_behaviour_cloning_lowers_the_cross_entropy_to_the_teacher_and_matches_its_picks(quad):
-    """A few cross-entropy steps on teacher episodes (``bc_rounds`` x ``bc_epochs`` x ``minibatches`` = 16) make
-    the network take the teacher's pick on >= 90 % of the agent decisions of teacher episodes on unseen windows;
-    a cold-start run (``warm = 0``) keeps its random initialisation."""
+    """A few cross-entropy steps (``bc_rounds`` x ``bc_epochs`` x ``minibatches`` = 16; the second batch half
+    driven by the clone, DAgger) make the network take the teacher's pick and its level on >= 90 % of the agent
+    decisions of teacher episodes on unseen windows; a cold-start run (``warm = 0``) keeps its random
+    initialisation."""
     cl, sm, md = quad
     ecfg = EnvConfig(num_agents=4, num_running=0, restore_s=0.0, **ECFG)
     cfg = TrainConfig(num_envs=4, rollout_len=40, num_updates=1, updates_per_chunk=1, epochs=1, minibatches=2,
                       lr=1e-3, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.0, hidden=32, network="maifs",
                       paired=2, prior_beta=0.0, credit="team", cf_lambda=0.0, adv_clip=5.0, bc_rounds=2, bc_epochs=4,
-                      bc_lr=1e-2)
+                      bc_lr=1e-2, bc_dagger=0.5)
     init, _, _, graphdef = make_train(ecfg, cfg, 4)
     prob = Problem(cl, sm, md, stack([_window(s) for s in range(6)]))
     jinit = jax.jit(init)
     warm, cold = jinit(jax.random.key(0), variant(), prob), jinit(jax.random.key(0), variant(warm=False), prob)
-    bc = np.asarray(warm.bc)  # per round: loss, agreement, entropy
-    assert bc.shape == (2, 3) and bc[-1, 0] < bc[0, 0] and np.isnan(np.asarray(cold.bc)).all()
+    bc = np.asarray(warm.bc)  # per round: loss, pick agreement, entropy, level agreement, agreement on own episodes
+    assert bc.shape == (2, len(BC_STATS)) and bc[-1, 0] < bc[0, 0] and np.isnan(np.asarray(cold.bc)).all()
+    assert np.isnan(bc[0, 4]) and 0.5 <= bc[1, 4] <= 1.0  # the first batch is the teacher's; the second the clone's
+    assert np.isfinite(bc[:, :4]).all() and (bc[:, [1, 3]] <= 1.0).all()
     unseen = MaifsEnv(cl, sm, md, stack([_window(s) for s in range(100, 104)]), ecfg)
     _, (obs, picks, levels, masks) = _teacher_episodes(unseen, variant())
-    ce0, agree0 = _ce_and_agreement(graphdef, cold.params, variant(), obs, picks, levels, masks)
-    ce1, agree1 = _ce_and_agreement(graphdef, warm.params, variant(), obs, picks, levels, masks)
-    assert ce1 < 0.5 * ce0 and agree1 >= 0.9 > agree0
+    ce0, agree0, _ = _ce_and_agreement(graphdef, cold.params, variant(), obs, picks, levels, masks)
+    ce1, agree1, level1 = _ce_and_agreement(graphdef, warm.params, variant(), obs, picks, levels, masks)
+    assert ce1 < 0.5 * ce0 and agree1 >= 0.9 > agree0 and level1 >= 0.9
 
 
 # ---------------------------------------------------------------------------------------------- fair environment
@@ -320,16 +414,19 @@ def test_curve_rows_carry_the_warm_start_the_clone_and_the_diagnostics():
     curves = {"check_jct_h": np.array([[1.0, 0.9], [2.0, 1.9]]), "check_jct_h_start": np.array([1.1, 2.1]),
               "approx_kl": np.full((2, u), 0.01), "q_loss": np.full((2, u), 0.5), "cut_episodes": np.zeros((2, u)),
               "credit_spread": np.full((2, u), 0.3), "entropy": np.ones((2, u))}
-    bc = np.array([[[2.0, 0.5, 1.0], [1.0, 0.9, 0.5]], np.full((2, 3), np.nan)])  # seed 1: a cold start
+    # seed 0: two cloning batches, the second half the clone's (DAgger); seed 1: a cold start
+    bc = np.array([[[2.0, 0.5, 1.0, 0.7, np.nan], [1.0, 0.9, 0.5, 0.95, 0.8]], np.full((2, 5), np.nan)])
     tr = Trained(names=["maifs"], seeds=np.array([0, 1]), params=None, var=None, curves=curves, env_cfg=None,
                  cfg=None, seconds=0.0, bc=bc)
     p = MaifsParams(num_updates=u, updates_per_chunk=2, num_envs=4, rollout_len=8, paired=2)
     df = __import__("pandas").DataFrame(_curve_rows(tr, ["maifs"], p))
     chk = df[df.metric == "curve_check_jct_h"].sort_values(["seed", "step"])
     assert chk["step"].tolist() == [0, 2, 4, 0, 2, 4] and chk["value"].tolist() == [1.1, 1.0, 0.9, 2.1, 2.0, 1.9]
-    clone = df[df.metric.isin(["bc_loss", "bc_agreement", "bc_entropy"])]
-    assert len(clone) == 6 and set(clone.seed) == {0} and clone["bc_round"].max() == 2  # none for the cold start
+    clone = df[df.metric.str.startswith("bc_")]
+    assert len(clone) == 9 and set(clone.seed) == {0} and clone["bc_round"].max() == 2  # none for the cold start
     assert clone[(clone.metric == "bc_agreement") & (clone.bc_round == 2)]["value"].item() == 0.9
+    assert clone[clone.metric == "bc_own_agreement"][["bc_round", "value"]].values.tolist() == [[2, 0.8]]
+    assert clone[(clone.metric == "bc_level_agreement")]["value"].tolist() == [0.7, 0.95]
     assert df[df.metric == "clone_agreement"][["seed", "value"]].values.tolist() == [[0, 0.9]]
     for m in ("curve_approx_kl", "curve_q_loss", "curve_cut_episodes", "curve_credit_spread", "curve_entropy"):
         assert len(df[df.metric == m]) == 4, m  # 2 seeds x 2 blocks of updates

@@ -292,7 +292,7 @@ def test_learning_curve_monitor_is_each_runs_greedy_mean_jct(tiny):
     cfg = TrainConfig(num_envs=2, rollout_len=8, num_updates=2, updates_per_chunk=1, epochs=1, minibatches=2,
                       lr=3e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, hidden=8, network="maifs",
                       paired=2, prior_beta=0.0, credit="team", cf_lambda=0.0, adv_clip=5.0, bc_rounds=0, bc_epochs=1,
-                      bc_lr=1e-3)
+                      bc_lr=1e-3, bc_dagger=0.0)
     _, _, curve_v = pipeline._compiled(ECFG, cfg, spec.num_servers, RunCache())
     init, _, _, graphdef = make_train(ECFG, cfg, spec.num_servers)
     jobs = stack(windows(seed=0) + windows(seed=1, burst=True) + windows(seed=2))
@@ -301,10 +301,11 @@ def test_learning_curve_monitor_is_each_runs_greedy_mean_jct(tiny):
     rs = jax.vmap(init, in_axes=(0, 0, None))(jnp.stack([jax.random.key(0), jax.random.key(1)]), var, prob)
     got = np.asarray(curve_v(rs.params, var, prob, 2))
     want = np.zeros(2)
+    ev = jax.jit(lambda prm, v, w: evaluate(ECFG, graphdef, prm, v, prob, w))  # one compilation, four episodes
     for r in range(2):
         prm, v = jax.tree.map(lambda x, r=r: x[r], rs.params), jax.tree.map(lambda x, r=r: x[r], var)
         for w in range(2):
-            st = evaluate(ECFG, graphdef, prm, v, prob, w)
+            st = ev(prm, v, w)
             n = int(jobs.num_jobs[w])
             want[r] += float(np.mean(np.asarray(st.sim.finish)[:n] - np.asarray(jobs.arrival[w])[:n])) / 3600.0 / 2
     np.testing.assert_allclose(got, want, rtol=1e-5)
