@@ -138,7 +138,8 @@ def test_training_resumes_bit_identically_after_a_kill(tiny, tmp_path):
     assert len(hist) == 3 and int(whole.update) == 3  # one update per chunk
     for k in ("loss", "entropy", "reward", "q_loss", "credit_spread"):  # a tiny training runs and stays finite
         assert all(np.all(np.isfinite(np.asarray(h[k]))) for h in hist), k
-    assert np.isfinite(np.asarray(whole.bc)).all()  # the clone's loss, agreement and entropy were recorded
+    bc = np.asarray(whole.bc)  # the clone's loss, agreements and entropy were recorded; one batch: the teacher's
+    assert np.isfinite(bc[:, :4]).all() and np.isnan(bc[:, 4]).all()
     with pytest.raises(Killed):
         run(DiesAfterFirstSave(tmp_path / "ck"))
     resumed, hist2 = run(Checkpointer(tmp_path / "ck"))
