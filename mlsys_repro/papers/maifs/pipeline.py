@@ -77,36 +77,40 @@ def train_config(p: MaifsParams, pol: RLPolicy, clone: bool = True) -> TrainConf
                        bc_dagger=pol.bc_dagger)
 
 
+@functools.lru_cache(maxsize=8)
+def _programs(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
+    """The jitted programs of :func:`_compiled`, once per process and static configuration: experiments run one after
+    the other in one process (``run_all``, a test session's smoke runs) trace them once instead of once per run
+    (``jax.clear_caches``, which ``run_all`` calls before every experiment, still drops their executables)."""
+    init, chunk, _, graphdef = make_train(env_cfg, cfg, num_servers)
+    trainer = compile_trainer(init, chunk, cfg.num_updates, start_axes=(0, 0, None),
+                              advance_axes=(0, 0, None), steps_arg=None, chunk_steps=cfg.updates_per_chunk)
+
+    def ev(params, var, prob, w, greedy, key):
+        return evaluate(env_cfg, graphdef, params, var, prob, w, greedy=greedy, key=key)
+
+    def mean_jct_h(params, var, prob, w):
+        st = ev(params, var, prob, w, True, jax.random.key(0))
+        jobs = jax.tree.map(lambda x: x[w], prob.windows)
+        real = jnp.arange(jobs.arrival.shape[0]) < jobs.num_jobs
+        jct = jnp.where(real, st.sim.finish - jobs.arrival, 0.0).sum() / jnp.maximum(real.sum(), 1)
+        return jct / 3600.0
+
+    def curve(params, var, prob, n):
+        per_run = jax.vmap(lambda p_, v_: jax.vmap(lambda w: mean_jct_h(p_, v_, prob, w))(jnp.arange(n)))
+        return per_run(params, var).mean(-1)
+
+    return (trainer, jax.jit(jax.vmap(ev, in_axes=(0, 0, None, 0, None, 0))),  # paired (params_s, window_s)
+            jax.jit(curve, static_argnums=3))
+
+
 def _compiled(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int, cache: RunCache):
     """``(trainer, eval_v, curve_v)``: the MAPPO training compiled once per shape (vmapped over variant x seed,
     chunks of ``cfg.updates_per_chunk`` updates), the vmapped evaluation of (params, window) pairs (greedy, or the
     stochastic policy sampled with per-pair keys), and ``curve_v(params, var, prob, n)`` -> ``[R]``: each run's
     greedy mean JCT (h) over the first ``n`` windows of ``prob`` (the learning curve's monitor: deterministic given
-    the parameters, unlike training episodes)."""
-
-    def build():
-        init, chunk, _, graphdef = make_train(env_cfg, cfg, num_servers)
-        trainer = compile_trainer(init, chunk, cfg.num_updates, start_axes=(0, 0, None),
-                                  advance_axes=(0, 0, None), steps_arg=None, chunk_steps=cfg.updates_per_chunk)
-
-        def ev(params, var, prob, w, greedy, key):
-            return evaluate(env_cfg, graphdef, params, var, prob, w, greedy=greedy, key=key)
-
-        def mean_jct_h(params, var, prob, w):
-            st = ev(params, var, prob, w, True, jax.random.key(0))
-            jobs = jax.tree.map(lambda x: x[w], prob.windows)
-            real = jnp.arange(jobs.arrival.shape[0]) < jobs.num_jobs
-            jct = jnp.where(real, st.sim.finish - jobs.arrival, 0.0).sum() / jnp.maximum(real.sum(), 1)
-            return jct / 3600.0
-
-        def curve(params, var, prob, n):
-            per_run = jax.vmap(lambda p_, v_: jax.vmap(lambda w: mean_jct_h(p_, v_, prob, w))(jnp.arange(n)))
-            return per_run(params, var).mean(-1)
-
-        return (trainer, jax.jit(jax.vmap(ev, in_axes=(0, 0, None, 0, None, 0))),  # paired (params_s, window_s)
-                jax.jit(curve, static_argnums=3))
-
-    return cache.get("maifs.compiled", (env_cfg, cfg, num_servers), build)
+    the parameters, unlike training episodes). Pure functions of the static configuration (:func:`_programs`)."""
+    return cache.get("maifs.compiled", (env_cfg, cfg, num_servers), lambda: _programs(env_cfg, cfg, num_servers))
 
 
 @dataclass
