@@ -4,6 +4,8 @@ states) and the restore cost (charged exactly once per net preemption, to heuris
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -92,9 +94,9 @@ def _window(seed: int, n: int = 20, gpus=(1, 2, 3, 4, 6, 8, 12)) -> Window:
                   rng.integers(0, 2, n).astype(np.int32))
 
 
-def _teacher_episodes(env: MaifsEnv, var, steps: int = 40):
-    """Teacher rollouts of every window of ``env``: per step the stacked obs, the teacher's picks, levels and masks,
-    and the final states."""
+@functools.partial(jax.jit, static_argnames=("ecfg", "steps"))
+def _teacher_rollouts(cl, sm, md, windows, var, ecfg: EnvConfig, steps: int):
+    env = MaifsEnv(cl, sm, md, windows, ecfg)
 
     def run(w):
         _, s0 = env.reset_window(w)
@@ -108,7 +110,14 @@ def _teacher_episodes(env: MaifsEnv, var, steps: int = 40):
 
         return jax.lax.scan(body, s0, None, length=steps)
 
-    return jax.jit(jax.vmap(run))(jnp.arange(env.num_windows))
+    return jax.vmap(run)(jnp.arange(env.num_windows))
+
+
+def _teacher_episodes(env: MaifsEnv, var, steps: int = 40):
+    """Teacher rollouts of every window of ``env``: per step the stacked obs, the teacher's picks, levels and masks,
+    and the final states (one compilation per environment config and shape: the arrays and the variant are
+    arguments)."""
+    return _teacher_rollouts(env.cl, env.sm, env.md, env.windows, var, env.cfg, steps)
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +147,7 @@ def test_srtf_teacher_takes_the_shortest_valid_job_at_the_fastest_level_and_neve
                                sp.max(-1)[placeable])  # the fastest level
     assert (np.asarray(final.conflicts) == 0).all() and (np.asarray(final.decisions) > 0).all()
     # the non-fungible variant's teacher asks for fair share only
-    _, (_, p2, lv2, _) = _teacher_episodes(env, variant(fungible=False), steps=10)
+    _, (_, p2, lv2, _) = _teacher_episodes(env, variant(fungible=False))
     assert (np.asarray(lv2)[np.asarray(p2) < kk] == 1).all()
 
 
@@ -219,16 +228,17 @@ def test_dagger_batches_are_the_clones_states_labelled_by_the_teacher(quad):
 
 
 def _ce_and_agreement(graphdef, params, var, obs, picks, levels, masks):
+    """Cross-entropy to the teacher and greedy agreement with its picks and levels over teacher episodes."""
     from flax import nnx
 
     model = nnx.merge(graphdef, params)
     flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), (obs, picks, levels, masks))
     ja = jax.vmap(lambda o, p, lv, m: act(model, o, None, var, replay=(p, lv, m), k=6))(*flat)
-    decide = np.asarray(flat[0]["mask"][..., :-1].any(-1))
-    placed = np.asarray(flat[1]) < 6
-    ce = float(-(np.asarray(ja.logp) * decide).sum() / decide.sum())
-    agree = float(((np.asarray(ja.probs).argmax(-1) == np.asarray(flat[1])) * decide).sum() / decide.sum())
-    level = float(((np.asarray(ja.level_mode) == np.asarray(flat[2])) * placed).sum() / placed.sum())
+    decide = flat[0]["mask"][..., :-1].any(-1)
+    placed = flat[1] < 6
+    ce = -(ja.logp * decide).sum() / decide.sum()
+    agree = ((ja.probs.argmax(-1) == flat[1]) & decide).sum() / decide.sum()
+    level = ((ja.level_mode == flat[2]) & placed).sum() / placed.sum()
     return ce, agree, level
 
 
@@ -238,7 +248,7 @@ def test_behaviour_cloning_lowers_the_cross_entropy_to_the_teacher_and_matches_i
     decisions of teacher episodes on unseen windows; a cold-start run (``warm = 0``) keeps its random
     initialisation."""
     cl, sm, md = quad
-    ecfg = EnvConfig(num_agents=4, num_running=0, restore_s=0.0, **ECFG)
+    ecfg = EnvConfig(num_agents=4, num_running=2, restore_s=30.0, **ECFG)  # teacher_run's: its rollout compiled once
     cfg = TrainConfig(num_envs=4, rollout_len=40, num_updates=1, updates_per_chunk=1, epochs=1, minibatches=2,
                       lr=1e-3, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.0, hidden=32, network="maifs",
                       paired=2, prior_beta=0.0, credit="team", cf_lambda=0.0, adv_clip=5.0, bc_rounds=2, bc_epochs=4,
@@ -253,8 +263,9 @@ def test_behaviour_cloning_lowers_the_cross_entropy_to_the_teacher_and_matches_i
     assert np.isfinite(bc[:, :4]).all() and (bc[:, [1, 3]] <= 1.0).all()
     unseen = MaifsEnv(cl, sm, md, stack([_window(s) for s in range(100, 104)]), ecfg)
     _, (obs, picks, levels, masks) = _teacher_episodes(unseen, variant())
-    ce0, agree0, _ = _ce_and_agreement(graphdef, cold.params, variant(), obs, picks, levels, masks)
-    ce1, agree1, level1 = _ce_and_agreement(graphdef, warm.params, variant(), obs, picks, levels, masks)
+    stats = jax.jit(lambda prm: _ce_and_agreement(graphdef, prm, variant(), obs, picks, levels, masks))
+    ce0, agree0, _ = (float(x) for x in stats(cold.params))
+    ce1, agree1, level1 = (float(x) for x in stats(warm.params))
     assert ce1 < 0.5 * ce0 and agree1 >= 0.9 > agree0 and level1 >= 0.9
 
 

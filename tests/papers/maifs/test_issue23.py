@@ -298,7 +298,7 @@ def test_learning_curve_monitor_is_each_runs_greedy_mean_jct(tiny):
     jobs = stack(windows(seed=0) + windows(seed=1, burst=True) + windows(seed=2))
     prob = Problem(cl, sm, md, jobs)
     var = jax.tree.map(lambda *x: jnp.stack(x), variant(), variant(coordination=False))
-    rs = jax.vmap(init, in_axes=(0, 0, None))(jnp.stack([jax.random.key(0), jax.random.key(1)]), var, prob)
+    rs = jax.jit(jax.vmap(init, in_axes=(0, 0, None)))(jnp.stack([jax.random.key(0), jax.random.key(1)]), var, prob)
     got = np.asarray(curve_v(rs.params, var, prob, 2))
     want = np.zeros(2)
     ev = jax.jit(lambda prm, v, w: evaluate(ECFG, graphdef, prm, v, prob, w))  # one compilation, four episodes
