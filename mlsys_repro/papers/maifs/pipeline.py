@@ -77,11 +77,8 @@ def train_config(p: MaifsParams, pol: RLPolicy, clone: bool = True) -> TrainConf
                        bc_dagger=pol.bc_dagger)
 
 
-@functools.lru_cache(maxsize=8)
 def _programs(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
-    """The jitted programs of :func:`_compiled`, once per process and static configuration: experiments run one after
-    the other in one process (``run_all``, a test session's smoke runs) trace them once instead of once per run
-    (``jax.clear_caches``, which ``run_all`` calls before every experiment, still drops their executables)."""
+    """The jitted programs of :func:`_compiled` for one static configuration."""
     init, chunk, _, graphdef = make_train(env_cfg, cfg, num_servers)
     trainer = compile_trainer(init, chunk, cfg.num_updates, start_axes=(0, 0, None),
                               advance_axes=(0, 0, None), steps_arg=None, chunk_steps=cfg.updates_per_chunk)
@@ -109,7 +106,8 @@ def _compiled(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int, cache: Run
     chunks of ``cfg.updates_per_chunk`` updates), the vmapped evaluation of (params, window) pairs (greedy, or the
     stochastic policy sampled with per-pair keys), and ``curve_v(params, var, prob, n)`` -> ``[R]``: each run's
     greedy mean JCT (h) over the first ``n`` windows of ``prob`` (the learning curve's monitor: deterministic given
-    the parameters, unlike training episodes). Pure functions of the static configuration (:func:`_programs`)."""
+    the parameters, unlike training episodes). Built once per run cache and static configuration: the experiments
+    of one ``run_all`` process, or a test session's smoke runs of this paper, share one cache."""
     return cache.get("maifs.compiled", (env_cfg, cfg, num_servers), lambda: _programs(env_cfg, cfg, num_servers))
 
 
