@@ -266,7 +266,10 @@ def test_behaviour_cloning_lowers_the_cross_entropy_to_the_teacher_and_matches_i
     stats = jax.jit(lambda prm: _ce_and_agreement(graphdef, prm, variant(), obs, picks, levels, masks))
     ce0, agree0, _ = (float(x) for x in stats(cold.params))
     ce1, agree1, level1 = (float(x) for x in stats(warm.params))
-    assert ce1 < 0.5 * ce0 and agree1 >= 0.9 > agree0 and level1 >= 0.9
+    # a random network already agrees on most decisions of these small episodes (few valid options; 0.91 on one
+    # machine), so the clone must at least halve the disagreement as well as reach 90 %
+    assert ce1 < 0.5 * ce0 and agree1 >= 0.9 and 1.0 - agree1 <= 0.5 * (1.0 - agree0) and level1 >= 0.9, \
+        (ce0, ce1, agree0, agree1, level1)
 
 
 # ---------------------------------------------------------------------------------------------- fair environment
