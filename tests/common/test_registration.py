@@ -79,6 +79,24 @@ def test_fn_and_params_class_enter_the_config_hash(toy_conf):
     assert f"fn: {TOY}:slow" in config_mod.resolved_for_hash(slow.cfg, slow.policies, slow.experiment)
 
 
+def test_policy_fields_a_tuning_experiment_sets_are_left_out_of_its_hash(toy_conf):
+    """``tunes`` names the policy fields an experiment's grid sets itself: copying its pick into a policy config
+    leaves its hash (and so its stored result) as it was, while an empty list hashes as if absent (every other
+    experiment's stored hash is unchanged) and an untuned field still counts."""
+    exp_path, pol_path = toy_conf / "experiment/toy/costs.yaml", toy_conf / "policy/toy/fast.yaml"
+    exp_text, pol_text = exp_path.read_text(), pol_path.read_text()
+
+    def hashed(tunes: str | None, description: str) -> str:
+        exp_path.write_text(exp_text + ("" if tunes is None else f"  tunes: {tunes}\n"))
+        pol_path.write_text(pol_text.replace("name: fast", f"name: fast\ndescription: {description}"))
+        run = compose_run(["experiment=toy/costs"], conf_dir=toy_conf)
+        return config_mod.resolved_for_hash(run.cfg, run.policies, run.experiment)
+
+    assert hashed("[]", "a") == hashed(None, "a") != hashed(None, "b")
+    assert hashed("[description]", "a") == hashed("[description]", "b") != hashed(None, "a")
+    assert "tunes" not in hashed("[description]", "a") and "description: a" not in hashed("[description]", "a")
+
+
 def test_one_experiment_composes_once_and_merges_its_node_once(toy_conf, tmp_path, monkeypatch):
     """Composing and running one experiment: one Hydra compose for the experiment, one per policy file the process
     has not composed yet (memoised), one merge of the experiment node, params built once; the run itself composes

@@ -436,12 +436,15 @@ def resolved_for_hash(cfg: DictConfig, policies: Mapping[str, DictConfig], exp: 
     for k in _REGISTRATION_KEYS:
         if exp_node.get(k) is None:
             exp_node.pop(k, None)
+    # the fields a tuning experiment sets itself are not inputs of its result (an empty list hashes as if absent)
+    tuned = set(exp_node.pop("tunes", None) or ())
     node = {
         "paper": OmegaConf.to_container(cfg.paper, resolve=True),
         "experiment": exp_node,
         "trace": OmegaConf.to_container(cfg.trace, resolve=True) if cfg.get("trace") else None,
         "hardware": OmegaConf.to_container(cfg.hardware, resolve=True) if cfg.get("hardware") else None,
-        "policies": {k: OmegaConf.to_container(v, resolve=True) for k, v in policies.items()},
+        "policies": {k: {f: x for f, x in OmegaConf.to_container(v, resolve=True).items() if f not in tuned}
+                     for k, v in policies.items()},
         "profile": OmegaConf.to_container(cfg.profile, resolve=True),
     }
     return OmegaConf.to_yaml(OmegaConf.create(node), sort_keys=True)

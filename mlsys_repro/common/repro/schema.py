@@ -126,6 +126,9 @@ class ExperimentConfig:
     seed: int = 0
     params: dict[str, Any] = field(default_factory=dict)
     profiles: dict[str, Any] = field(default_factory=dict)
+    # policy fields a tuning experiment sets itself from its grid (e.g. [lr, ent_coef]): left out of the hash of its
+    # policies, so copying its pick into the policy configs does not make its own stored result stale
+    tunes: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -102,7 +102,10 @@ def training_time(ctx) -> None:
                    stack(data.training_windows(d, p, spec.total_gpus, "philly"), pad_to=p.jobs_per_window))
     var = variant()
     c = jax.jit(chunk)
-    rs = init(jax.random.key(0), var, prob)
+    jinit = jax.jit(init)
+    tw = time_it("the warm start (behaviour cloning)", lambda: jinit(jax.random.key(0), var, prob), repeats=1)
+    print(f"3a. warm start (p.bc_rounds = {p.bc_rounds} teacher batches): {tw.line()}")
+    rs = jinit(jax.random.key(0), var, prob)
     t = time_it("one training chunk", lambda: c(rs, var, prob), repeats=1, per=f"{cfg.updates_per_chunk} updates")
     per = t.min_s / cfg.updates_per_chunk
     print(f"3. training: {t.line()}\n   {per:.2f} s per PPO update for one seed ({cfg.num_envs} envs x "

@@ -56,7 +56,7 @@ def philly_eval(d: Data, p: MaifsParams, cluster_gpus: int, load: float | None =
     ``p.load``); every seed of every policy is evaluated on all of them."""
     ws = philly_windows(d.philly, d.profiles, cluster_gpus=cluster_gpus, start=p.eval_start, end=p.eval_end,
                         jobs_per_window=p.jobs_per_window, num_windows=p.eval_windows, rate_jobs_per_h=None,
-                        class_split=p.class_split, seed=1, load=load or p.load, cap_duration_h=p.cap_duration_h)
+                        class_split=p.class_split, seed=1, load=load or p.load, cap_duration_h=_cap(p))
     return ws.windows, ws.dropped
 
 
@@ -64,7 +64,7 @@ def saturn_eval(d: Data, p: MaifsParams, cluster_gpus: int, load: float | None =
     """The held-out Saturn workload files, each cut into ``saturn_parts`` windows, at offered ``load``."""
     ws = saturn_windows(d.saturn, d.apps, d.profiles, workloads=p.saturn_eval, cluster_gpus=cluster_gpus)
     out, capped = contended(ws.windows, load=load or p.load, cluster_gpus=cluster_gpus,
-                            cap_duration_h=p.cap_duration_h, parts=p.saturn_parts)
+                            cap_duration_h=_cap(p), parts=p.saturn_parts)
     return [_truncate(w, p.jobs_per_window) for w in out], {**ws.dropped, **capped}
 
 
@@ -76,10 +76,10 @@ def training_windows(d: Data, p: MaifsParams, cluster_gpus: int, trace: str) -> 
         base = philly_windows(d.philly, d.profiles, cluster_gpus=cluster_gpus, start=p.train_start,
                               end=p.train_end, jobs_per_window=p.jobs_per_window, num_windows=p.train_windows,
                               rate_jobs_per_h=None, class_split=p.class_split, seed=0, load=1.0,
-                              cap_duration_h=p.cap_duration_h).windows
+                              cap_duration_h=_cap(p)).windows
     elif trace == "saturn":
         sa = saturn_windows(d.saturn, d.apps, d.profiles, workloads=p.saturn_train, cluster_gpus=cluster_gpus)
-        base, _ = contended(sa.windows, load=1.0, cluster_gpus=cluster_gpus, cap_duration_h=p.cap_duration_h,
+        base, _ = contended(sa.windows, load=1.0, cluster_gpus=cluster_gpus, cap_duration_h=_cap(p),
                             parts=p.saturn_parts)
         base = [_truncate(w, p.jobs_per_window) for w in base]
     else:
@@ -92,6 +92,11 @@ def eval_windows(d: Data, p: MaifsParams, cluster_gpus: int, trace: str, load: f
     ws, dropped = (philly_eval if trace == "philly" else saturn_eval)(d, p, cluster_gpus, load)
     check_disjoint(training_windows(d, p, cluster_gpus, trace), ws)
     return ws, dropped
+
+
+def _cap(p: MaifsParams) -> float | None:
+    """The duration cap in hours, None when uncapped (``cap_duration_h`` 0)."""
+    return p.cap_duration_h or None
 
 
 def _truncate(w: Window, n: int) -> Window:

@@ -282,8 +282,13 @@ class MaifsEnv(MultiAgentEnv):
         cap = jnp.stack([(self.group * kfit[None]).sum(1), jnp.broadcast_to(kfit.sum(), (a,))], -1).astype(
             jnp.float32)  # [A, 2]: placeable GPUs in the agent's group and in the cluster (sequential masks)
         priv = self.privileged(state)
-        return {ag: {"self": self_f[i], "glob": glob, "jobs": jobs_f[i], "levels": level_f[i], "mask": mask[i],
-                     "level_mask": level_mask[i], "cap": cap[i], "priv": priv} for i, ag in enumerate(self.agents)}
+        obs = {ag: {"self": self_f[i], "glob": glob, "jobs": jobs_f[i], "levels": level_f[i], "mask": mask[i],
+                    "level_mask": level_mask[i], "cap": cap[i], "priv": priv} for i, ag in enumerate(self.agents)}
+        if r:  # the running slot behind each release option (the sampler masks a job an earlier agent released)
+            run_ids = jnp.where(runc < c, runc, -1).astype(jnp.int32)  # [A, R]
+            for i, ag in enumerate(self.agents):
+                obs[ag]["run_ids"] = run_ids[i]
+        return obs
 
     def privileged(self, state: EnvState) -> jax.Array:
         """``[PRIV_FEATURES]`` inputs only the centralised critic reads (training-time information an agent does

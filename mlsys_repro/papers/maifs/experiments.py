@@ -7,10 +7,11 @@ Workloads (issue #23) are contended: windows of real trace jobs with fair-share 
 Every seed of every policy is evaluated on all windows (a seed's metric is the mean over windows). Heuristics are
 deterministic given the windows, so their rows repeat over seeds; a learned policy's seed ``s`` is its training
 seed. Learned policies are trained once per trace (on that trace's training windows, disjoint from the evaluation
-windows, cycling through ``train_loads``) and evaluated greedily; each also gets the 0/1 gates ``converged`` and
-``beats_prior`` per seed, which the learned-policy claims require. ``maifs_prior`` is the MAIFS network at its
-initial parameters, i.e. its warm start (the SRTF pick prior and the best-level prior: Synergy-tune SRTF in MAIFS's
-action space), a baseline row that shows what training adds. Every scheduler pays ``restore_s`` of work per
+windows, cycling through ``train_loads``) and evaluated greedily (MAIFS and its warm start also with the stochastic
+policy, rows ``*_sampled``); each also gets the 0/1 gates ``converged`` and ``beats_prior`` per seed, which the
+learned-policy claims require. ``maifs_prior`` is the MAIFS network before PPO, i.e. its warm start (the behaviour
+clone of Synergy-tune SRTF in MAIFS's action space), a baseline row that shows what training adds; ``maifs_cold`` is
+MAIFS trained by the same recipe from its random initialisation. Every scheduler pays ``restore_s`` of work per
 preemption.
 """
 
@@ -94,13 +95,19 @@ def _train(ctx: RunContext, d, p: MaifsParams, cl, names: list[str]) -> dict[str
     return trained
 
 
+SAMPLED = ("maifs", "maifs_prior")  # learned rows also evaluated with the stochastic policy in the headline experiments
+
+
 def _run_policies(ctx: RunContext, names: list[str], windows, d, spec, cl, params: MaifsParams,
-                  extra: dict | None = None, tag: str = "") -> tuple[list[dict], dict[str, list[SimResult]]]:
+                  extra: dict | None = None, tag: str = "",
+                  sampled: tuple[str, ...] = ()) -> tuple[list[dict], dict[str, list[SimResult]]]:
     """Rows (one per seed and metric) and pooled raw results of every named policy on all the windows.
 
     A heuristic is deterministic given the windows: its window-averaged metrics repeat for every seed. A learned
     policy's seed ``s`` is its training seed ``s``, evaluated greedily on every window; it also gets the 0/1
-    gates ``converged`` and ``beats_prior`` per seed."""
+    gates ``converged`` and ``beats_prior`` per seed. Policies in ``sampled`` are also evaluated with their
+    stochastic policy (one sampled episode per window and seed, a fixed key): rows ``avg_jct_sampled_h``,
+    ``makespan_sampled_h``."""
     seeds = ctx.seeds()
     rows: list[dict] = []
     results: dict[str, list[SimResult]] = {}
@@ -121,6 +128,13 @@ def _run_policies(ctx: RunContext, names: list[str], windows, d, spec, cl, param
                 g = pipeline.gates(trained[name], name, params)
                 rows += metric_rows(name, {k: (v, "0/1") for k, v in g.items()}, seeds=seeds.tolist(),
                                     **(extra or {}))
+            if name in sampled:
+                smp = pipeline.run_trained(trained[name], src, d, cl, windows, n, ctx.cache,
+                                           untrained=pol.untrained, sampled=True)
+                for s, rs in zip(seeds, smp, strict=True):
+                    m = _metrics(rs)
+                    rows += metric_rows(name, {"avg_jct_sampled_h": m["avg_jct_h"],
+                                               "makespan_sampled_h": m["makespan_h"]}, seeds=[int(s)], **(extra or {}))
         results[name] = [r for rs in per_seed for r in rs]
         for s, rs in zip(seeds, per_seed, strict=True):
             rows += metric_rows(name, _metrics(rs), seeds=[int(s)], **(extra or {}))
@@ -135,7 +149,7 @@ def _all_variants(ctx: RunContext, family: str, trace: str) -> dict[str, RLPolic
 
     from mlsys_repro.common.repro.config import policy_node
 
-    wanted = ("maifs", "maifs_no_attention", "maifs_no_cg", "maifs_fixed_alloc", "dl2")
+    wanted = ("maifs", "maifs_cold", "maifs_no_attention", "maifs_no_cg", "maifs_fixed_alloc", "dl2")
     if trace != "philly":
         mine = {(q.untrained_of if q.untrained else n) for n, q in ctx.policies.items() if isinstance(q, RLPolicy)}
         wanted = tuple(n for n in wanted if n in mine)
@@ -176,7 +190,7 @@ def _headline(ctx: RunContext) -> pd.DataFrame:
     spec, cl, d = _setup(ctx)
     windows, dropped = _trace_windows(ctx, d, spec, p)
     names = list(ctx.policies)
-    rows, results = _run_policies(ctx, names, windows, d, spec, cl, p)
+    rows, results = _run_policies(ctx, names, windows, d, spec, cl, p, sampled=SAMPLED)
     curves, train_rows = _training_rows(ctx, _train(ctx, d, p, cl, names), p)
     df = pd.concat([pd.DataFrame(rows + train_rows + _filter_rows({**d.dropped, **dropped})
                                  + _workload_rows(windows, spec, p.load)), pd.DataFrame(curves)],
@@ -184,7 +198,7 @@ def _headline(ctx: RunContext) -> pd.DataFrame:
     _curve_figure(ctx, curves)
     fig, ax = figure(1, 1, w=6.5)
     shown = [n for n in ("fifo", "srtf", "tiresias", "synergy_tune_fifo", "synergy_tune_srtf", "dl2",
-                         "maifs_prior", "maifs")
+                         "maifs_prior", "maifs_cold", "maifs")
              if n in results]
     cdf(ax[0, 0], {n: np.concatenate([r.jct for r in results[n]]) / 3600.0 for n in shown}, "JCT (h)")
     ax[0, 0].set_title(f"JCT CDF, {ctx.trace.name} ({len(windows)} windows)")
@@ -258,16 +272,17 @@ def best_baseline_rows(rows: list[dict], heuristics: list[str]) -> list[dict]:
     return out
 
 
-def boundary_rows(df: pd.DataFrame, ours: str) -> list[dict]:
-    """Per load and seed: 100 (1 - ours / best_baseline) of average JCT and makespan (the claim-boundary map;
-    positive where ``ours`` pays). For the figure; the claims read the raw rows."""
+def boundary_rows(df: pd.DataFrame, ours: str, by: str = "load") -> list[dict]:
+    """Per condition ``by`` (a column: load, cap_h) and seed: 100 (1 - ours / best_baseline) of average JCT and
+    makespan (the claim-boundary map; positive where ``ours`` pays). For the figure; the claims read the raw
+    rows."""
     out = []
     for metric, name in (("avg_jct_h", "jct_reduction_vs_best_pct"), ("makespan_h", "makespan_reduction_vs_best_pct")):
-        a = df[(df["policy"] == ours) & (df["metric"] == metric)].set_index(["load", "seed"])["value"]
-        b = df[(df["policy"] == "best_baseline") & (df["metric"] == metric)].set_index(["load", "seed"])["value"]
-        for (load, seed), v in (100.0 * (1.0 - a / b)).dropna().items():
+        a = df[(df["policy"] == ours) & (df["metric"] == metric)].set_index([by, "seed"])["value"]
+        b = df[(df["policy"] == "best_baseline") & (df["metric"] == metric)].set_index([by, "seed"])["value"]
+        for (cond, seed), v in (100.0 * (1.0 - a / b)).dropna().items():
             out.append({"policy": ours, "seed": int(seed), "metric": name, "value": float(v), "unit": "%",
-                        "load": float(load)})
+                        by: float(cond)})
     return out
 
 
@@ -275,15 +290,29 @@ CURVE_METRICS = {"jct_h": ("curve_train_jct_h", "h"), "reward": ("curve_train_re
                  "value_loss": ("curve_value_loss", "normalised"), "entropy": ("curve_entropy", "nats"),
                  "explained_variance": ("curve_explained_variance", "fraction"),
                  "approx_kl": ("curve_approx_kl", "nats"), "conflict_rate": ("curve_conflict_rate", "fraction"),
-                 "release_rate": ("curve_release_rate", "fraction")}
+                 "release_rate": ("curve_release_rate", "fraction"),
+                 "cut_episodes": ("curve_cut_episodes", "fraction"), "q_loss": ("curve_q_loss", "normalised"),
+                 "credit_spread": ("curve_credit_spread", "normalised"),
+                 "adv_clip_frac": ("curve_adv_clip_frac", "fraction")}
+# train.BC_STATS's columns, in order
+BC_METRICS = (("bc_loss", "nats"), ("bc_agreement", "fraction"), ("bc_entropy", "nats"),
+              ("bc_level_agreement", "fraction"), ("bc_own_agreement", "fraction"))
 
 
 def _curve_rows(tr: pipeline.Trained, names, p: MaifsParams) -> list[dict]:
     """Learning curves and training diagnostics of each learned policy, per seed: one row per metric and block of
     ``updates_per_chunk`` updates (its mean; blocks without a finished training episode have no JCT row), and
-    ``curve_check_jct_h``, the greedy JCT on the curve windows at the end of each block (what the ``converged``
-    gate reads). ``step`` is the number of PPO updates done at the end of the block, ``env_steps`` the environment
-    steps per seed."""
+    ``curve_check_jct_h``, the greedy JCT on the curve windows at the warm start (step 0) and at the end of each
+    block (what the ``converged`` gate reads, step 0 excluded). ``step`` is the number of PPO updates done at the
+    end of the block, ``env_steps`` the environment steps per seed (PPO only). Behaviour cloning, for runs that
+    start from the clone: per cloning batch (``bc_round``) the cross-entropy to the teacher, the greedy agreement
+    with its picks and with its levels (on the batch trained on) and the policy entropy, each the mean of the batch's
+    last epoch, and ``bc_own_agreement``, the clone's pick agreement with the teacher's relabelling on the episodes
+    it drove itself (DAgger), measured before it trained on them (held out, on its own state distribution);
+    ``clone_agreement`` is the last batch's agreement.
+    Diagnostics: ``curve_cut_episodes`` (share of training episodes longer than ``rollout_len``, bootstrapped),
+    ``curve_q_loss`` (the counterfactual critic's regression loss), ``curve_credit_spread`` (mean absolute gap
+    between the per-agent and the team advantage: what per-agent credit changes), ``curve_adv_clip_frac``."""
     out = []
     steps = p.num_envs * p.rollout_len
     per = p.updates_per_chunk
@@ -291,6 +320,20 @@ def _curve_rows(tr: pipeline.Trained, names, p: MaifsParams) -> list[dict]:
         v = tr.names.index(n)
         for i, s in enumerate(tr.seeds):
             k = v * len(tr.seeds) + i
+            if "check_jct_h_start" in tr.curves:
+                out.append({"policy": n, "seed": int(s), "metric": "curve_check_jct_h",
+                            "value": float(tr.curves["check_jct_h_start"][k]), "unit": "h", "step": 0,
+                            "env_steps": 0})
+            if tr.bc is not None:
+                bc = np.asarray(tr.bc[k], float)
+                for r, vals in enumerate(bc):
+                    for (metric, unit), val in zip(BC_METRICS, vals, strict=True):
+                        if np.isfinite(val):
+                            out.append({"policy": n, "seed": int(s), "metric": metric, "value": float(val),
+                                        "unit": unit, "bc_round": r + 1})
+                if np.isfinite(bc[-1, 1]):  # the clone as PPO receives it (claim clone_matches_teacher)
+                    out.append({"policy": n, "seed": int(s), "metric": "clone_agreement", "value": float(bc[-1, 1]),
+                                "unit": "fraction"})
             for j, val in enumerate(np.asarray(tr.curves["check_jct_h"][k], float)):
                 out.append({"policy": n, "seed": int(s), "metric": "curve_check_jct_h", "value": float(val),
                             "unit": "h", "step": (j + 1) * per, "env_steps": (j + 1) * per * steps})
@@ -325,6 +368,7 @@ def _curve_figure(ctx: RunContext, curves: list[dict]) -> None:
         return
     fig, ax = figure(2, 2, w=5.5)
     cv = pd.DataFrame(curves)
+    cv = cv[cv["step"].notna()] if "step" in cv else cv
     for axi, (metric, label) in zip(ax.ravel(), (("curve_check_jct_h", "greedy JCT, curve windows (h)"),
                                                   ("curve_train_jct_h", "training-episode JCT (h)"),
                                                   ("curve_value_loss", "value loss (normalised)"),
@@ -347,6 +391,43 @@ def ablation(ctx: RunContext) -> pd.DataFrame:
     _curve_figure(ctx, curves)
     return pd.concat([df, pd.DataFrame(_filter_rows({**d.dropped, **dropped})),
                       pd.DataFrame(_workload_rows(windows, spec, p.load))], ignore_index=True)
+
+
+def heavy_tail(ctx: RunContext) -> pd.DataFrame:
+    """Sensitivity to the duration cap [ours]: the Philly evaluation windows at the headline load with fair-share
+    durations capped at each of ``tail_caps_h`` hours (0 = uncapped: the trace's heavy tail, where long jobs block
+    and preemption matters most). Learned policies are the ones trained at the headline cap ``cap_duration_h``
+    (the training is shared with the other Philly experiments), so the uncapped condition also measures how the
+    trained policy transfers. Column ``cap_h``; ``best_baseline`` and the gain over it per cap, as in the load
+    sweep."""
+    p: MaifsParams = ctx.params
+    if not p.tail_caps_h:
+        raise ValueError("heavy_tail needs params.tail_caps_h")
+    spec, cl, d = _setup(ctx)
+    rows: list[dict] = []
+    dropped: dict[str, int] = {}
+    heur = [n for n, q in ctx.policies.items() if isinstance(q, HeuristicPolicy)]
+    for cap in p.tail_caps_h:
+        q = dataclasses.replace(p, cap_duration_h=float(cap))
+        windows, dr = _trace_windows(ctx, d, spec, q)
+        dropped.update(dr)
+        cond = {"cap_h": float(cap)}
+        r, _ = _run_policies(ctx, list(ctx.policies), windows, d, spec, cl, p, extra=cond,
+                             tag=f" @ cap {cap:g} h" if cap else " uncapped")
+        rows += r + best_baseline_rows(r, heur) + _workload_rows(windows, spec, p.load, cond)
+    df = pd.DataFrame(rows)
+    gain = boundary_rows(df, "maifs", by="cap_h")
+    fig, ax = figure(2, 1, w=5.0)
+    pol = df[df["policy"] != "-"]
+    xl = "duration cap (h; 0 = uncapped)"
+    lines_with_ci(ax[0, 0], pol, "avg_jct_h", "cap_h", xlabel=xl, ylabel="average JCT (h)")
+    if gain:
+        lines_with_ci(ax[0, 1], pd.DataFrame(gain), "jct_reduction_vs_best_pct", "cap_h", xlabel=xl,
+                      ylabel="JCT reduction vs best baseline (%)")
+        ax[0, 1].axhline(0.0, color="k", lw=0.8)
+    ctx.save_figure(fig, "cap")
+    return pd.concat([df, pd.DataFrame(gain), pd.DataFrame(_filter_rows({**d.dropped, **dropped}))],
+                     ignore_index=True)
 
 
 def pick_grid_point(rows: pd.DataFrame, policy: str) -> tuple[float, float]:
@@ -429,5 +510,5 @@ def _tuning_figure(ctx: RunContext, df: pd.DataFrame, p: MaifsParams) -> None:
     ctx.save_figure(fig, "jct_by_hyperparameters")
 
 
-__all__ = ["ablation", "best_baseline_rows", "boundary_rows", "headline_philly", "headline_saturn", "load_sweep",
-           "pick_grid_point", "tuning"]
+__all__ = ["ablation", "best_baseline_rows", "boundary_rows", "headline_philly", "headline_saturn", "heavy_tail",
+           "load_sweep", "pick_grid_point", "tuning"]

@@ -9,6 +9,7 @@ the seeds, so the headline, load-sweep and ablation experiments reuse one traini
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from dataclasses import dataclass
@@ -64,43 +65,50 @@ def env_config(p: MaifsParams, num_servers: int, lease_s: float, single_agent: b
                      restore_s=p.restore_s)
 
 
-def train_config(p: MaifsParams, pol: RLPolicy) -> TrainConfig:
+def train_config(p: MaifsParams, pol: RLPolicy, clone: bool = True) -> TrainConfig:
+    """The training config of ``pol`` under budget ``p``; ``clone``: some run of the batch starts from the
+    behaviour clone (else no cloning is compiled)."""
     return TrainConfig(num_envs=p.num_envs, rollout_len=p.rollout_len, num_updates=p.num_updates,
                        updates_per_chunk=p.updates_per_chunk, epochs=pol.epochs, minibatches=pol.minibatches,
                        lr=pol.lr, gamma=pol.gamma, gae_lambda=pol.gae_lambda, clip_eps=pol.clip_eps,
                        ent_coef=pol.ent_coef, hidden=pol.hidden, network=pol.network, paired=p.paired,
-                       prior_beta=pol.prior_beta)
+                       prior_beta=pol.prior_beta, credit=pol.credit, cf_lambda=pol.cf_lambda, adv_clip=pol.adv_clip,
+                       bc_rounds=p.bc_rounds if clone else 0, bc_epochs=pol.bc_epochs, bc_lr=pol.bc_lr,
+                       bc_dagger=pol.bc_dagger)
+
+
+def _programs(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int):
+    """The jitted programs of :func:`_compiled` for one static configuration."""
+    init, chunk, _, graphdef = make_train(env_cfg, cfg, num_servers)
+    trainer = compile_trainer(init, chunk, cfg.num_updates, start_axes=(0, 0, None),
+                              advance_axes=(0, 0, None), steps_arg=None, chunk_steps=cfg.updates_per_chunk)
+
+    def ev(params, var, prob, w, greedy, key):
+        return evaluate(env_cfg, graphdef, params, var, prob, w, greedy=greedy, key=key)
+
+    def mean_jct_h(params, var, prob, w):
+        st = ev(params, var, prob, w, True, jax.random.key(0))
+        jobs = jax.tree.map(lambda x: x[w], prob.windows)
+        real = jnp.arange(jobs.arrival.shape[0]) < jobs.num_jobs
+        jct = jnp.where(real, st.sim.finish - jobs.arrival, 0.0).sum() / jnp.maximum(real.sum(), 1)
+        return jct / 3600.0
+
+    def curve(params, var, prob, n):
+        per_run = jax.vmap(lambda p_, v_: jax.vmap(lambda w: mean_jct_h(p_, v_, prob, w))(jnp.arange(n)))
+        return per_run(params, var).mean(-1)
+
+    return (trainer, jax.jit(jax.vmap(ev, in_axes=(0, 0, None, 0, None, 0))),  # paired (params_s, window_s)
+            jax.jit(curve, static_argnums=3))
 
 
 def _compiled(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int, cache: RunCache):
     """``(trainer, eval_v, curve_v)``: the MAPPO training compiled once per shape (vmapped over variant x seed,
-    chunks of ``cfg.updates_per_chunk`` updates), the vmapped greedy evaluation of (params, window) pairs, and
-    ``curve_v(params, var, prob, n)`` -> ``[R]``: each run's greedy mean JCT (h) over the first ``n`` windows of
-    ``prob`` (the learning curve's monitor: deterministic given the parameters, unlike training episodes)."""
-
-    def build():
-        init, chunk, _, graphdef = make_train(env_cfg, cfg, num_servers)
-        trainer = compile_trainer(init, chunk, cfg.num_updates, start_axes=(0, 0, None),
-                                  advance_axes=(0, 0, None), steps_arg=None, chunk_steps=cfg.updates_per_chunk)
-
-        def ev(params, var, prob, w):
-            return evaluate(env_cfg, graphdef, params, var, prob, w)
-
-        def mean_jct_h(params, var, prob, w):
-            st = ev(params, var, prob, w)
-            jobs = jax.tree.map(lambda x: x[w], prob.windows)
-            real = jnp.arange(jobs.arrival.shape[0]) < jobs.num_jobs
-            jct = jnp.where(real, st.sim.finish - jobs.arrival, 0.0).sum() / jnp.maximum(real.sum(), 1)
-            return jct / 3600.0
-
-        def curve(params, var, prob, n):
-            per_run = jax.vmap(lambda p_, v_: jax.vmap(lambda w: mean_jct_h(p_, v_, prob, w))(jnp.arange(n)))
-            return per_run(params, var).mean(-1)
-
-        return (trainer, jax.jit(jax.vmap(ev, in_axes=(0, 0, None, 0))),  # paired (params_s, window_s)
-                jax.jit(curve, static_argnums=3))
-
-    return cache.get("maifs.compiled", (env_cfg, cfg, num_servers), build)
+    chunks of ``cfg.updates_per_chunk`` updates), the vmapped evaluation of (params, window) pairs (greedy, or the
+    stochastic policy sampled with per-pair keys), and ``curve_v(params, var, prob, n)`` -> ``[R]``: each run's
+    greedy mean JCT (h) over the first ``n`` windows of ``prob`` (the learning curve's monitor: deterministic given
+    the parameters, unlike training episodes). Built once per run cache and static configuration: the experiments
+    of one ``run_all`` process, or a test session's smoke runs of this paper, share one cache."""
+    return cache.get("maifs.compiled", (env_cfg, cfg, num_servers), lambda: _programs(env_cfg, cfg, num_servers))
 
 
 @dataclass
@@ -113,14 +121,15 @@ class Trained:
     env_cfg: EnvConfig
     cfg: TrainConfig
     seconds: float
-    init_params: Any = None  # the same networks before training (the untrained baseline)
+    init_params: Any = None  # the same networks before PPO (the warm start: the behaviour clone, or random)
     check: dict[str, np.ndarray] | None = None  # {"trained"|"untrained": [variant*seed] mean JCT, training windows}
+    bc: np.ndarray | None = None  # [variant*seed, bc_rounds, len(train.BC_STATS)] behaviour cloning per round
     trace: str = "philly"
     key: str = ""  # cache key of the training's inputs (identifies it in the run cache)
 
 
 def _variant_of(pol: RLPolicy) -> Variant:
-    return variant(pol.attention, pol.coordination, pol.fungible)
+    return variant(pol.attention, pol.coordination, pol.fungible, warm=pol.warm_start == "bc")
 
 
 def train_policies(pols: dict[str, RLPolicy], d: Data, p: MaifsParams, cl: Cluster, lease_s: float,
@@ -140,7 +149,7 @@ def train_policies(pols: dict[str, RLPolicy], d: Data, p: MaifsParams, cl: Clust
     pol = pols[names[0]]
     s = int(cl.cap.shape[0])
     env_cfg = env_config(p, s, lease_s, pol.network == "flat")
-    cfg = train_config(p, pol)
+    cfg = train_config(p, pol, clone=any(pols[n].warm_start == "bc" for n in names))
     wins = training_windows(d, p, int(np.asarray(cl.cap)[:, 0].sum()), trace)
     n_pad = max(len(w) for w in wins)
     prob = Problem(cl, d.profiles.speed, d.profiles.demand(), stack(wins, pad_to=n_pad))
@@ -154,7 +163,9 @@ def train_policies(pols: dict[str, RLPolicy], d: Data, p: MaifsParams, cl: Clust
         var = jax.tree.map(lambda *x: jnp.stack(x), *vars_)
         keys = jnp.stack([jax.random.key(int(sd)) for _ in names for sd in seeds])
         t0 = time.monotonic()
-        init_params = trainer.start(keys, var, prob).params
+        state0 = trainer.start(keys, var, prob)  # the warm start (behaviour cloning runs here, once)
+        init_params = state0.params
+        trainer = dataclasses.replace(trainer, start=lambda *_: state0)
         if progress is not None:
             progress.start(trainer.chunks, f"training chunks ({', '.join(names)} x {len(seeds)} seeds)")
 
@@ -173,21 +184,23 @@ def train_policies(pols: dict[str, RLPolicy], d: Data, p: MaifsParams, cl: Clust
         done = trainer.run((keys, var, prob), (var, prob), checkpointer=ckpt, on_chunk=on_chunk, monitor=monitor)
         curves = {k: np.asarray(v) for k, v in done.steps.items()}
         curves["check_jct_h"] = np.asarray(done.curve)  # [runs, chunks]
+        curves["check_jct_h_start"] = np.asarray(curve_v(init_params, var, prob, n_curve))  # [runs]: the warm start
         # beats_prior: greedy JCT of trained vs initial networks on the first check_windows training windows
         chk = wins[:p.check_windows]
         check = {}
         for tag, prm in (("trained", done.state.params), ("untrained", init_params)):
             check[tag] = _eval_grid(env_cfg, cfg, s, prm, var, cl, d, chk, n_pad, cache).mean(1)
         return Trained(names, seeds, done.state.params, var, curves, env_cfg, cfg, time.monotonic() - t0,
-                       init_params, check, trace, key)
+                       init_params, check, np.asarray(state0.bc), trace, key)
 
     return cache.get("maifs.trained", key, train)
 
 
 def _eval_grid(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int, params, var: Variant, cl: Cluster,
-               d: Data, windows: list[Window], n: int, cache: RunCache, states: bool = False):
-    """Greedy evaluation of every parameter set (leading axis P) on every window: ``[P, W]`` mean JCT (h), or
-    the final states (leading axis P * W) with ``states``. One vmapped rollout per chunk of pairs."""
+               d: Data, windows: list[Window], n: int, cache: RunCache, states: bool = False, sampled: bool = False):
+    """Greedy (or, with ``sampled``, stochastic: pair ``i`` sampled with key ``fold_in(key(SAMPLE_SEED), i)``)
+    evaluation of every parameter set (leading axis P) on every window: ``[P, W]`` mean JCT (h), or the final
+    states (leading axis P * W) with ``states``. One vmapped rollout per chunk of pairs."""
     _, eval_v, _ = _compiled(env_cfg, cfg, num_servers, cache)
     jobs = stack(windows, pad_to=n)
     prob = Problem(cl, d.profiles.speed, d.profiles.demand(), jobs)
@@ -200,7 +213,8 @@ def _eval_grid(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int, params, v
         ip, iw = _pad_idx(pi[sl]), _pad_idx(wi[sl])
         prm = jax.tree.map(lambda x, ip=ip: x[ip], params)
         vv = jax.tree.map(lambda x, ip=ip: x[ip], var)
-        st = eval_v(prm, vv, prob, jnp.asarray(iw))
+        keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(SAMPLE_SEED), i))(jnp.arange(lo, lo + EVAL_CHUNK))
+        st = eval_v(prm, vv, prob, jnp.asarray(iw), jnp.asarray(not sampled), keys)
         outs.append(jax.tree.map(lambda x, k=pi[sl].size: np.asarray(x)[:k], st))
     st = jax.tree.map(lambda *x: np.concatenate(x), *outs)
     if states:
@@ -211,6 +225,7 @@ def _eval_grid(env_cfg: EnvConfig, cfg: TrainConfig, num_servers: int, params, v
 
 
 EVAL_CHUNK = 64  # episodes per vmapped evaluation call (fixed, padded: one compilation per window shape)
+SAMPLE_SEED = 20261207  # the key of stochastic-policy evaluations (fixed: a rerun samples the same episodes)
 
 
 def _pad_idx(idx: np.ndarray) -> np.ndarray:
@@ -218,9 +233,10 @@ def _pad_idx(idx: np.ndarray) -> np.ndarray:
 
 
 def run_trained(tr: Trained, name: str, d: Data, cl: Cluster, windows: list[Window], n: int, cache: RunCache,
-                untrained: bool = False) -> list[list[SimResult]]:
-    """Greedy evaluation of policy ``name`` (at its initial parameters with ``untrained``): for every training
-    seed, its parameters on every window; ``[seed][window]`` results, once per run and set of windows."""
+                untrained: bool = False, sampled: bool = False) -> list[list[SimResult]]:
+    """Greedy (``sampled``: stochastic) evaluation of policy ``name`` (at its warm start with ``untrained``): for
+    every training seed, its parameters on every window; ``[seed][window]`` results, once per run and set of
+    windows."""
 
     def build() -> list[list[SimResult]]:
         v = tr.names.index(name)
@@ -229,7 +245,7 @@ def run_trained(tr: Trained, name: str, d: Data, cl: Cluster, windows: list[Wind
         params = jax.tree.map(lambda x: x[sl], tr.init_params if untrained else tr.params)
         var = jax.tree.map(lambda x: x[sl], tr.var)
         st, jobs, wi = _eval_grid(tr.env_cfg, tr.cfg, int(cl.cap.shape[0]), params, var, cl, d, windows, n, cache,
-                                  states=True)
+                                  states=True, sampled=sampled)
         out: list[list[SimResult]] = []
         for i in range(ns):
             row = []
@@ -245,7 +261,7 @@ def run_trained(tr: Trained, name: str, d: Data, cl: Cluster, windows: list[Wind
             out.append(row)
         return out
 
-    return cache.get("maifs.greedy_eval", (tr.key, name, untrained, n, cl, windows), build)
+    return cache.get("maifs.greedy_eval", (tr.key, name, untrained, sampled, n, cl, windows), build)
 
 
 def gates(tr: Trained, name: str, p: MaifsParams) -> dict[str, np.ndarray]:
@@ -256,8 +272,8 @@ def gates(tr: Trained, name: str, p: MaifsParams) -> dict[str, np.ndarray]:
       the chunks is less than ``converge_tol`` (relative) below its average over the fifth before. (The noisy
       training-episode JCT, whose windows cycle through loads, passed or failed that test by chance.)
     * ``beats_prior``: on the first ``check_windows`` training windows, the trained policy's greedy mean JCT is
-      at least ``beats_margin`` (relative) below that of the same network at its initial parameters (its warm
-      start: the SRTF prior; the ``maifs_prior`` row).
+      at least ``beats_margin`` (relative) below that of the same network before PPO (its warm start: the
+      behaviour clone of Synergy-tune SRTF, the ``maifs_prior`` row; for a cold start, its random initialisation).
     """
     v = tr.names.index(name)
     ns = len(tr.seeds)

@@ -101,10 +101,20 @@ class HeuristicPolicy(BasePolicy):
                         self.tetris_epsilon)
 
 
+WARM_STARTS = ("bc", "prior", "none")
+CREDITS = ("team", "counterfactual")
+
+
 @dataclass
 class RLPolicy(BasePolicy):
     """A learned scheduler: MAIFS (``network: maifs``, with its ablation switches) or the single-agent DL2-style
-    baseline (``network: flat``). Training budgets are experiment params (they scale with the profile)."""
+    baseline (``network: flat``). Training budgets are experiment params (they scale with the profile).
+
+    The recipe's switches [ours, from the scheduling-RL literature; mlsys_repro/papers/maifs/train.py]:
+    ``warm_start`` ``bc`` (behaviour-clone Synergy-tune SRTF in MAIFS's action space, then PPO), ``prior`` (a fixed
+    SRTF logit prior of strength ``prior_beta`` added to the network; the recipe before the clone) or ``none``
+    (cold start); ``credit`` ``counterfactual`` (per-agent advantages from a COMA-style counterfactual critic,
+    ``cf_lambda``) or ``team``; ``adv_clip`` clips the normalised advantage."""
 
     kind: str = "rl"
     network: str = "maifs"
@@ -119,10 +129,24 @@ class RLPolicy(BasePolicy):
     ent_coef: float = 0.001  # annealed linearly to 0 over training
     epochs: int = 4
     minibatches: int = 4
-    # warm start [ours]: the pick prior -prior_beta * (log1p(remaining h) - its least) on pending candidates and
-    # -prior_beta on releases (model.srtf_prior) makes the network at its initial parameters schedule like
-    # Synergy-tune SRTF; the same prior is offered to every learned policy (MAIFS variants and DL2); 0 = none
-    prior_beta: float = 20.0
+    # warm start [ours]: bc = the network is first trained by cross-entropy on Synergy-tune SRTF's joint actions in
+    # MAIFS's action space (model.srtf_teacher; bc_rounds teacher batches, an experiment param) with bc_epochs x
+    # minibatches steps per batch at bc_lr; every learned family gets the same teacher
+    warm_start: str = "bc"
+    bc_epochs: int = 4
+    bc_lr: float = 1e-2
+    # DAgger (Ross et al., 2011): this share of every cloning batch after the first is driven by the clone so far
+    # (greedy) and each of its agents' decisions relabelled with the teacher's where that agent stood, so the clone
+    # also learns on the states its own mistakes lead to; 0 = plain behaviour cloning on teacher episodes
+    bc_dagger: float = 0.0
+    # warm_start prior: the pick prior -prior_beta * (log1p(remaining h) - its least) on pending candidates and
+    # -prior_beta on releases (model.srtf_prior), fixed in the network (20 made its greedy policy SRTF's); 0 otherwise
+    prior_beta: float = 0.0
+    # per-agent credit: counterfactual (COMA-style critic Q_i(s, a_<i, a); advantage (1 - cf_lambda) A_team +
+    # cf_lambda Q_i(a_i) - E_pi Q_i) or team (A_team broadcast to every agent)
+    credit: str = "counterfactual"
+    cf_lambda: float = 0.5
+    adv_clip: float = 5.0  # the normalised team advantage is clipped at +-adv_clip
     # evaluate the network at its initial parameters (same architecture and seeds as the trained policy
     # ``untrained_of``): isolates what training adds to the hand-designed structure (masks, priors, fallbacks)
     untrained: bool = False
@@ -139,13 +163,23 @@ class RLPolicy(BasePolicy):
             raise ValueError("the flat single-agent network has no attention or coordination graph")
         if self.hidden < 1 or self.lr <= 0 or not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
             raise ValueError("need hidden >= 1, lr > 0, 0 < gamma <= 1, 0 <= gae_lambda <= 1")
-        if self.prior_beta < 0:
-            raise ValueError("prior_beta must be >= 0")
+        if self.warm_start not in WARM_STARTS:
+            raise ValueError(f"warm_start must be one of {WARM_STARTS}, got {self.warm_start!r}")
+        if self.prior_beta < 0 or (self.prior_beta > 0) != (self.warm_start == "prior"):
+            raise ValueError("prior_beta must be > 0 with warm_start 'prior' and 0 otherwise")
+        if self.credit not in CREDITS:
+            raise ValueError(f"credit must be one of {CREDITS}, got {self.credit!r}")
+        if not 0 <= self.cf_lambda <= 1 or self.adv_clip <= 0 or self.bc_epochs < 1 or self.bc_lr <= 0:
+            raise ValueError("need 0 <= cf_lambda <= 1, adv_clip > 0, bc_epochs >= 1 and bc_lr > 0")
+        if not 0 <= self.bc_dagger <= 1:
+            raise ValueError(f"bc_dagger must be in [0, 1], got {self.bc_dagger}")
 
     def hyper(self) -> tuple:
-        """The training hyper-parameters that must agree between variants trained together."""
+        """The training hyper-parameters that must agree between variants trained together (``warm_start`` and
+        the ablation switches are per-run, traced)."""
         return (self.hidden, self.lr, self.gamma, self.gae_lambda, self.clip_eps, self.ent_coef, self.epochs,
-                self.minibatches, self.prior_beta)
+                self.minibatches, self.prior_beta, self.credit, self.cf_lambda, self.adv_clip, self.bc_epochs,
+                self.bc_lr, self.bc_dagger)
 
 
 @dataclass
@@ -157,7 +191,10 @@ class MaifsParams:
     load: float = 0.9  # the headline regime
     loads: list[float] = field(default_factory=list)  # load sweep (the claim-boundary map)
     train_loads: list[float] = field(default_factory=lambda: [0.7, 0.9, 1.1])  # training windows cycle these
-    cap_duration_h: float = 2.0
+    cap_duration_h: float = 2.0  # 0 = uncapped
+    # heavy-tail sensitivity (experiment ``heavy_tail``): the evaluation windows with durations capped at each of
+    # these (0 = uncapped); learned policies are the ones trained at ``cap_duration_h``
+    tail_caps_h: list[float] = field(default_factory=list)
     eval_windows: int = 30  # Philly evaluation windows (every seed is evaluated on all of them)
     saturn_parts: int = 4  # each Saturn workload file is cut into this many consecutive windows
     # evaluation windows (Philly: the unseen later slice; Saturn: the held-out workload files); at most
@@ -174,6 +211,7 @@ class MaifsParams:
     saturn_train: list[str] = field(default_factory=lambda: [f"workload-{i}" for i in range(1, 6)])
     num_updates: int = 100
     updates_per_chunk: int = 10
+    bc_rounds: int = 4  # behaviour-cloning teacher batches (num_envs episodes each) before PPO, warm_start bc
     num_envs: int = 16
     rollout_len: int = 64  # decision steps per episode in training (longer episodes are cut and bootstrapped)
     paired: int = 4  # rollouts of each training window per update (the input-dependent baseline's group)
@@ -218,9 +256,10 @@ class MaifsParams:
         if self.load <= 0 or any(x <= 0 for x in self.loads) or not self.train_loads or any(
                 x <= 0 for x in self.train_loads):
             raise ValueError("params.load, params.loads and params.train_loads must be positive")
-        if self.cap_duration_h <= 0 or self.eval_windows < 1 or self.saturn_parts < 1 or self.check_windows < 1 \
-                or self.curve_windows < 1:
-            raise ValueError("need cap_duration_h > 0, eval_windows, saturn_parts, check_windows, curve_windows >= 1")
+        if self.cap_duration_h < 0 or any(x < 0 for x in self.tail_caps_h) or self.eval_windows < 1 \
+                or self.saturn_parts < 1 or self.check_windows < 1 or self.curve_windows < 1 or self.bc_rounds < 0:
+            raise ValueError("need cap_duration_h, tail_caps_h, bc_rounds >= 0 and eval_windows, saturn_parts, "
+                             "check_windows, curve_windows >= 1")
         if not 0 <= self.num_short <= self.num_candidates or self.num_running < 0:
             raise ValueError("need 0 <= num_short <= num_candidates and num_running >= 0")
         if set(self.saturn_eval) & set(self.saturn_train):
@@ -239,5 +278,5 @@ register_schema("hardware", "gpu_cluster", GpuClusterHardware)
 register_schema("policy", "maifs_heuristic", HeuristicPolicy)
 register_schema("policy", "maifs_rl", RLPolicy)
 
-__all__ = ["ALLOCATIONS", "MAX_QUEUES", "ORDERS", "GpuClusterHardware", "HeuristicPolicy", "MaifsParams", "RLPolicy",
-           "check_heuristic"]
+__all__ = ["ALLOCATIONS", "CREDITS", "MAX_QUEUES", "ORDERS", "WARM_STARTS", "GpuClusterHardware", "HeuristicPolicy",
+           "MaifsParams", "RLPolicy", "check_heuristic"]

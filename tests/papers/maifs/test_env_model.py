@@ -125,18 +125,21 @@ def test_training_resumes_bit_identically_after_a_kill(tiny, tmp_path):
     spec, cl, sm, md = tiny
     cfg = TrainConfig(num_envs=2, rollout_len=8, num_updates=3, updates_per_chunk=1, epochs=1, minibatches=2,
                       lr=3e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, hidden=8, network="maifs",
-                      paired=2, prior_beta=0.0)
+                      paired=2, prior_beta=0.0, credit="counterfactual", cf_lambda=0.5, adv_clip=5.0, bc_rounds=1,
+                      bc_epochs=1, bc_lr=3e-3, bc_dagger=0.5)  # the whole recipe: clone, then PPO with per-agent credit
     init, chunk, _, _ = make_train(ECFG, cfg, spec.num_servers)
     prob = Problem(cl, sm, md, stack(windows() + windows(seed=1)))
-    step = jax.jit(chunk)
+    step, start = jax.jit(chunk), jax.jit(init)  # each compiled once for the three runs
 
     def run(ck):
-        return run_chunked(lambda r: step(r, variant(), prob), init(jax.random.key(0), variant(), prob), 3, ck)
+        return run_chunked(lambda r: step(r, variant(), prob), start(jax.random.key(0), variant(), prob), 3, ck)
 
     whole, hist = run(None)
     assert len(hist) == 3 and int(whole.update) == 3  # one update per chunk
-    for k in ("loss", "entropy", "reward"):  # a tiny training runs and stays finite
+    for k in ("loss", "entropy", "reward", "q_loss", "credit_spread"):  # a tiny training runs and stays finite
         assert all(np.all(np.isfinite(np.asarray(h[k]))) for h in hist), k
+    bc = np.asarray(whole.bc)  # the clone's loss, agreements and entropy were recorded; one batch: the teacher's
+    assert np.isfinite(bc[:, :4]).all() and np.isnan(bc[:, 4]).all()
     with pytest.raises(Killed):
         run(DiesAfterFirstSave(tmp_path / "ck"))
     resumed, hist2 = run(Checkpointer(tmp_path / "ck"))

@@ -291,19 +291,21 @@ def test_learning_curve_monitor_is_each_runs_greedy_mean_jct(tiny):
     spec, cl, sm, md = tiny
     cfg = TrainConfig(num_envs=2, rollout_len=8, num_updates=2, updates_per_chunk=1, epochs=1, minibatches=2,
                       lr=3e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, hidden=8, network="maifs",
-                      paired=2, prior_beta=0.0)
+                      paired=2, prior_beta=0.0, credit="team", cf_lambda=0.0, adv_clip=5.0, bc_rounds=0, bc_epochs=1,
+                      bc_lr=1e-3, bc_dagger=0.0)
     _, _, curve_v = pipeline._compiled(ECFG, cfg, spec.num_servers, RunCache())
     init, _, _, graphdef = make_train(ECFG, cfg, spec.num_servers)
     jobs = stack(windows(seed=0) + windows(seed=1, burst=True) + windows(seed=2))
     prob = Problem(cl, sm, md, jobs)
     var = jax.tree.map(lambda *x: jnp.stack(x), variant(), variant(coordination=False))
-    rs = jax.vmap(init, in_axes=(0, 0, None))(jnp.stack([jax.random.key(0), jax.random.key(1)]), var, prob)
+    rs = jax.jit(jax.vmap(init, in_axes=(0, 0, None)))(jnp.stack([jax.random.key(0), jax.random.key(1)]), var, prob)
     got = np.asarray(curve_v(rs.params, var, prob, 2))
     want = np.zeros(2)
+    ev = jax.jit(lambda prm, v, w: evaluate(ECFG, graphdef, prm, v, prob, w))  # one compilation, four episodes
     for r in range(2):
         prm, v = jax.tree.map(lambda x, r=r: x[r], rs.params), jax.tree.map(lambda x, r=r: x[r], var)
         for w in range(2):
-            st = evaluate(ECFG, graphdef, prm, v, prob, w)
+            st = ev(prm, v, w)
             n = int(jobs.num_jobs[w])
             want[r] += float(np.mean(np.asarray(st.sim.finish)[:n] - np.asarray(jobs.arrival[w])[:n])) / 3600.0 / 2
     np.testing.assert_allclose(got, want, rtol=1e-5)
@@ -338,7 +340,7 @@ def test_best_baseline_is_the_best_heuristic_per_metric_and_the_boundary_is_the_
 # ---------------------------------------------------------------------------------------------- configs
 
 
-@pytest.mark.parametrize("exp", ["headline_philly", "headline_saturn", "load_sweep", "ablation"])
+@pytest.mark.parametrize("exp", ["headline_philly", "headline_saturn", "load_sweep", "ablation", "heavy_tail"])
 @pytest.mark.parametrize("profile", ["smoke", "default"])
 def test_every_experiment_runs_on_equal_footing_and_disjoint_contended_windows(exp, profile):
     from mlsys_repro.common.repro.config import compose, experiment_node
@@ -347,7 +349,7 @@ def test_every_experiment_runs_on_equal_footing_and_disjoint_contended_windows(e
     p = MaifsParams(**node.params)
     assert p.lookahead == p.num_candidates  # heuristics scan as many pending jobs as an agent sees
     assert p.num_running > 0 and p.conflict_blocks  # agents can preempt; conflicts cost a round
-    assert p.cap_duration_h is not None and p.load > 0
+    assert p.cap_duration_h > 0 and p.load > 0  # the headline regime is capped; heavy_tail evaluates uncapped too
     assert not set(p.saturn_train) & set(p.saturn_eval)
     if profile == "default":
         # full episodes, paired on the same window (the input-dependent baseline), and enough of them
@@ -360,6 +362,11 @@ def test_every_experiment_runs_on_equal_footing_and_disjoint_contended_windows(e
             assert 20 <= len(p.saturn_eval) * p.saturn_parts <= 40
         if exp == "load_sweep":
             assert min(p.loads) < 0.9 < max(p.loads)
+        if exp == "heavy_tail":
+            assert p.cap_duration_h in p.tail_caps_h and 0.0 in p.tail_caps_h  # the headline cap and uncapped
+        assert p.bc_rounds >= 1  # the warm start is the behaviour clone
     pols = list(node.policies)
-    if exp != "ablation" or profile == "default":
+    if exp not in ("ablation", "heavy_tail") or profile == "default":
         assert "maifs_prior" in pols and "maifs" in pols
+    if exp in ("ablation", "headline_philly") and profile == "default":
+        assert "maifs_cold" in pols  # the cold start is its own labelled row

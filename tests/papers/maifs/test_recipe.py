@@ -79,39 +79,46 @@ def _window(seed: int, n: int = 14) -> Window:
                   rng.integers(0, 2, n).astype(np.int32))
 
 
-def _episode_conflicts(quad, coordination: bool, seeds=range(6)) -> tuple[np.ndarray, np.ndarray]:
-    """Conflicts and successful picks of whole sampled episodes, one per window seed (one compilation)."""
-    cl, sm, md = quad
-    env = MaifsEnv(cl, sm, md, stack([_window(s) for s in seeds]), EnvConfig(num_agents=4, **ECFG))
+@pytest.fixture(scope="module")
+def episode_conflicts() -> dict[bool, tuple[np.ndarray, np.ndarray]]:
+    """Conflicts and successful picks of whole sampled episodes, one per window seed, with the coordination graph
+    on and off (the variant is an argument: one compilation for both)."""
+    from tests.papers.maifs.conftest import tiny_tables
+
+    sm, md = tiny_tables()
+    n = 6
+    env = MaifsEnv(ClusterSpec.uniform(1, 4, 4, 12.0, 250.0).arrays(), sm, md, stack([_window(s) for s in range(n)]),
+                   EnvConfig(num_agents=4, **ECFG))
     model = MaifsNet(6, 6, JOB_FEATURES, len(LEVELS), hidden=8, rngs=nnx.Rngs(0))
-    var = variant(coordination=coordination)
 
-    def run(w, key):
-        _, st = env.reset_window(w)
+    @jax.jit
+    def episodes(var):
+        def run(w, key):
+            _, st = env.reset_window(w)
 
-        def body(st, k):
-            ja = act(model, stack_agents(env.get_obs(st), env.agents), k, var)
-            acts = {a: jnp.stack([ja.picks[i], ja.levels[i]]) for i, a in enumerate(env.agents)}
-            _, st, _, _, _ = env.step_env(k, st, acts)
-            return st, None
+            def body(st, k):
+                ja = act(model, stack_agents(env.get_obs(st), env.agents), k, var)
+                acts = {a: jnp.stack([ja.picks[i], ja.levels[i]]) for i, a in enumerate(env.agents)}
+                _, st, _, _, _ = env.step_env(k, st, acts)
+                return st, None
 
-        st, _ = jax.lax.scan(body, st, jax.random.split(key, 100))
-        return st.conflicts, st.decisions
+            st, _ = jax.lax.scan(body, st, jax.random.split(key, 100))
+            return st.conflicts, st.decisions
 
-    n = len(list(seeds))
-    c, d = jax.jit(jax.vmap(run))(jnp.arange(n), jax.random.split(jax.random.key(1), n))
-    return np.asarray(c), np.asarray(d)
+        return jax.vmap(run)(jnp.arange(n), jax.random.split(jax.random.key(1), n))
+
+    return {c: tuple(np.asarray(x) for x in episodes(variant(coordination=c))) for c in (True, False)}
 
 
-def test_sequential_masks_never_over_commit_capacity(quad):
+def test_sequential_masks_never_over_commit_capacity(episode_conflicts):
     # random sampled joint actions over whole episodes with wide jobs: with the coordinated (sequential) sampler,
     # every pick the masks allow fits after the earlier agents' placements, so no pick ever fails
-    conflicts, decisions = _episode_conflicts(quad, coordination=True)
+    conflicts, decisions = episode_conflicts[True]
     assert (decisions > 0).all() and (conflicts == 0).all()
 
 
-def test_simultaneous_masks_of_the_no_coordination_ablation_do_conflict(quad):
-    assert _episode_conflicts(quad, coordination=False)[0].sum() > 0
+def test_simultaneous_masks_of_the_no_coordination_ablation_do_conflict(episode_conflicts):
+    assert episode_conflicts[False][0].sum() > 0
 
 
 def test_release_cost_is_charged_to_heuristics_per_net_preemption(tiny):

@@ -17,7 +17,7 @@ from mlsys_repro.papers.maifs.experiments import pick_grid_point
 from mlsys_repro.papers.maifs.schemas import MaifsParams
 from tests.conftest import ROOT
 
-FAMILIES = {"maifs": ("maifs", "maifs_no_attention", "maifs_no_cg", "maifs_fixed_alloc", "maifs_prior"),
+FAMILIES = {"maifs": ("maifs", "maifs_cold", "maifs_no_attention", "maifs_no_cg", "maifs_fixed_alloc", "maifs_prior"),
             "dl2": ("dl2",)}
 
 
