@@ -25,16 +25,15 @@ from mlsys_repro.papers.greenplace.schemas import EdgeCloudHardware, NodeSpec, R
 from tests.papers.greenplace.tiny import T, tiny_params
 
 ENV = PlacementEnv()
-# jitted once per parameter shape, shared by the tests here (CI time #51: run op by op, the checks below compiled
-# ~340 single-op programs and dispatched every op of every state and action); a jitted step equals the eager one
-# (tests/papers/greenplace/test_env.py::test_step_is_pure_and_jittable_and_auto_resets)
+# what the tests below evaluate for every visited state (and action), jitted once per parameter shape (CI time #51:
+# op by op, dispatching every op of every state and action cost more than compiling these); a jitted step equals the
+# eager one (tests/papers/greenplace/test_env.py::test_step_is_pure_and_jittable_and_auto_resets)
 _step = jax.jit(ENV.step)
 _get_obs = jax.jit(ENV.get_obs)
 _random_policy = jax.jit(random_policy)
 _myopic = jax.jit(myopic)
 _action_features = jax.jit(action_features)
 _valid_actions = jax.jit(valid_actions)
-_candidates = jax.jit(candidates, static_argnums=2)
 _placed_objective = jax.jit(lambda state, p, a: objective(place(state, p, a), p))
 
 
@@ -71,7 +70,7 @@ def test_queue_and_occupancy_features_by_hand():
     _, state = ENV.reset(jax.random.key(0), p)
     state = state.replace(t=jnp.float32(5.0), free_at=jnp.array([[8.0, 0.0], [0.0, 0.0]], jnp.float32),
                           batch=jnp.float32(10.0))
-    f = np.asarray(_action_features(state, p))
+    f = np.asarray(action_features(state, p))
     nvec = ENV.action_space(p).nvec
     at = lambda c, a, b: f[int(flatten_action(jnp.array([c, a, b]), nvec))]  # noqa: E731
     edge, cloud = at(2, 0, 0), at(0, 0, 1)  # whole model on the edge site / on the cloud
@@ -88,13 +87,13 @@ def test_queue_and_occupancy_features_by_hand():
 def test_candidates_are_the_k_best_valid_actions_in_order():
     p = tiny_params()
     _, state = ENV.reset(jax.random.key(3), p)
-    f = np.asarray(_action_features(state, p))
-    valid = np.asarray(_valid_actions(state, p))
-    idx, feats, ok = (np.asarray(x) for x in _candidates(state, p, 3))
+    f = np.asarray(action_features(state, p))
+    valid = np.asarray(valid_actions(state, p))
+    idx, feats, ok = (np.asarray(x) for x in candidates(state, p, 3))
     assert ok.all() and (np.diff(feats[:, OBJECTIVE]) >= 0).all()
     np.testing.assert_array_equal(feats, f[idx])
     assert feats[-1, OBJECTIVE] <= np.sort(f[valid, OBJECTIVE])[2]
-    idx, _, ok = (np.asarray(x) for x in _candidates(state, p, 40))  # more than the valid actions
+    idx, _, ok = (np.asarray(x) for x in candidates(state, p, 40))  # more than the valid actions
     assert ok.sum() == valid.sum() and set(idx[ok]) == set(np.flatnonzero(valid))
 
 
@@ -129,7 +128,7 @@ def test_lookahead_keeps_the_cloud_free_where_myopic_does_not():
         c, front, back = (int(x) for x in a)
         return (c == 0 and back == 1) or (c == 2 and front == 1)
 
-    assert on_cloud(_myopic(None, None, state, p))
+    assert on_cloud(myopic(None, None, state, p))
     plan = make_lookahead(4, 4, 2, 0.9)
     assert not on_cloud(jax.jit(plan)(jax.random.key(1), None, state, p))
     assert make_lookahead(4, 4, 2, 0.9) == plan and hash(make_lookahead(4, 4, 2, 0.9)) == hash(plan)  # a value:
@@ -221,7 +220,6 @@ def test_load_adaptive_neurosurgeon_follows_the_queues():
     _, s = ENV.reset(jax.random.key(0), p)
     s = s.replace(site=jnp.int32(0), model=jnp.int32(0), batch=jnp.float32(10.0), t=jnp.float32(0.0))
     act = jax.jit(neurosurgeon_queue)
-    neurosurgeon = jax.jit(neurosurgeon)
     idle = act(None, None, s, p)
     assert [int(x) for x in idle] == [int(x) for x in neurosurgeon(None, None, s, p)] == [0, 0, 1]
     up_busy = s.replace(link_free_at=s.link_free_at.at[0, 0].set(100.0))
