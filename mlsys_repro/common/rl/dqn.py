@@ -164,6 +164,23 @@ def branch_double_q_target(reward: jax.Array, discount: jax.Array, q_next_online
     return reward + discount * qs.mean()
 
 
+def conditioned_double_q_target(online, target, ret: jax.Array, discount: jax.Array, next_obs: jax.Array,
+                                next_mask: BranchMask) -> jax.Array:
+    """Double-Q BDQ target for a batch, root-conditioned networks (:class:`ConditionedBranchingQNetwork`):
+
+        y = ret + discount * (1/D) * sum_d Q_d^target(s', a*_d | a*_0),   a* = conditioned_greedy(online, s')
+
+    The online network picks the next action (the root, then each branch given that root, masks respected); the
+    target network evaluates every branch at that action, its non-root branches conditioned on the online root.
+    ``ret`` and ``discount`` [B] (the n-step return and ``gamma^n`` times "no episode end"), ``next_obs`` [B, obs],
+    ``next_mask`` a batched :class:`BranchMask`. ``online`` and ``target`` need only ``root_values(obs)`` and
+    ``__call__(obs, root)``; no gradient flows through the target."""
+    a_next = jax.lax.stop_gradient(jax.vmap(lambda o, m: conditioned_greedy(online, o, m)[0])(next_obs, next_mask))
+    q_t = target(next_obs, a_next[:, 0])
+    qs = jnp.stack([jnp.take_along_axis(qd, a_next[:, d:d + 1], -1)[:, 0] for d, qd in enumerate(q_t)], -1)
+    return jax.lax.stop_gradient(ret + discount * qs.mean(-1))
+
+
 def branch_td_loss(q: Sequence[jax.Array], actions: jax.Array, target: jax.Array, huber_delta: float | None = None
                    ) -> jax.Array:
     """mean over batch of (1/D) sum_d loss(y - Q_d(s, a_d)); ``q[d]`` [B, A_d], ``actions`` [B, D], ``target`` [B]."""
@@ -243,6 +260,7 @@ def linear_schedule(start: float, end: float, steps: int):
 
 __all__ = [
     "BranchingQNetwork", "ConditionedBranchingQNetwork", "DuelingQNetwork", "branch_double_q_target",
+    "conditioned_double_q_target",
     "branch_epsilon_greedy", "branch_td_loss", "conditioned_greedy", "double_q_target", "dueling", "epsilon_greedy",
     "linear_schedule", "polyak", "sample_uniform", "scale_gradient", "td_loss", "top_k_explore",
 ]

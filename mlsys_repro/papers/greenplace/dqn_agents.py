@@ -43,6 +43,7 @@ from mlsys_repro.common.rl.dqn import (
     branch_double_q_target,
     branch_epsilon_greedy,
     branch_td_loss,
+    conditioned_double_q_target,
     conditioned_greedy,
     double_q_target,
     epsilon_greedy,
@@ -192,13 +193,8 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
         obs, action, ret, disc, nobs, nmask = n_step_returns(window, policy.gamma, n)
         net, tgt = nnx.merge(graphdef, params), nnx.merge(graphdef, target)
         if conditioned:
-            q = net(obs, action[:, 0])
-            a_next = jax.vmap(lambda o, m: conditioned_greedy(net, o, m)[0])(nobs, nmask)
-            a_next = jax.lax.stop_gradient(a_next)
-            q_t = tgt(nobs, a_next[:, 0])
-            qs = jnp.stack([jnp.take_along_axis(qd, a_next[:, d:d + 1], -1)[:, 0] for d, qd in enumerate(q_t)], -1)
-            y = ret + disc * qs.mean(-1)
-            return branch_td_loss(q, action, y, policy.huber_delta)
+            y = conditioned_double_q_target(net, tgt, ret, disc, nobs, nmask)
+            return branch_td_loss(net(obs, action[:, 0]), action, y, policy.huber_delta)
         q = net(obs)
         q_next = jax.lax.stop_gradient(net(nobs))
         q_targ = tgt(nobs)

@@ -11,7 +11,13 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlsys_repro.common.rl.dqn import ConditionedBranchingQNetwork, conditioned_greedy, polyak, top_k_explore
+from mlsys_repro.common.rl.dqn import (
+    ConditionedBranchingQNetwork,
+    conditioned_double_q_target,
+    conditioned_greedy,
+    polyak,
+    top_k_explore,
+)
 from mlsys_repro.common.rl.env import BranchMask, is_valid
 from mlsys_repro.common.rl.replay import replay_add, replay_init, replay_sample_windows
 from mlsys_repro.papers.greenplace import dqn_agents
@@ -101,6 +107,44 @@ def test_top_k_exploration_draws_only_valid_actions_among_the_k_best(seed, k):
     assert v[np.asarray(draws)].all()
     greedy = top_k_explore(ka, jnp.int32(5), scores, valid, k, 0.0)
     assert int(greedy) == 5
+
+
+class _TableNet:
+    """A root-conditioned two-branch Q "network" given by tables: observation = one-hot sample index; root values
+    ``roots[s]`` [A0], node values given root r ``nodes[s, r]`` [A1]."""
+
+    def __init__(self, roots, nodes):
+        self.roots, self.nodes = jnp.asarray(roots, jnp.float32), jnp.asarray(nodes, jnp.float32)
+
+    def root_values(self, obs):
+        return obs @ self.roots
+
+    def __call__(self, obs, root):
+        q1 = jnp.einsum("...s,sra->...ra", obs, self.nodes)
+        return self.root_values(obs), jnp.take_along_axis(q1, root[..., None, None], -2)[..., 0, :]
+
+
+def test_conditioned_double_q_target_on_a_hand_made_two_branch_batch():
+    """Online argmax (root first, masks respected, then the node given that root), target evaluation of both
+    branches at it (the target's node branch conditioned on the online root), mean over the branches."""
+    online = _TableNet([[5.0, 1.0], [0.0, 8.0]],
+                       [[[0.0, 0.0, 0.0], [9.0, 2.0, 7.0]],  # sample 0: given root 1, node 0 is masked -> node 2
+                        [[1.0, 4.0, 3.0], [0.0, 0.0, 0.0]]])  # sample 1: root 1 masked -> root 0 -> node 1
+    target = _TableNet([[10.0, 20.0], [30.0, 40.0]],
+                       [[[-1.0, -1.0, -1.0], [1000.0, 300.0, 100.0]],  # the target's own valid max (300) is not used
+                        [[50.0, 60.0, 70.0], [0.0, 0.0, 0.0]]])
+    # sample 0: root 0 leaves the node branch no valid choice, so root 1 although the online root prefers 0
+    mask = BranchMask(jnp.array([[True, True], [True, False]]),
+                      (jnp.array([[[False, False, False], [False, True, True]],
+                                  [[True, True, True], [True, True, True]]]),))
+    obs = jnp.eye(2)
+    ret, disc = jnp.array([1.5, -2.0]), jnp.array([0.729, 0.5])
+    y = conditioned_double_q_target(online, target, ret, disc, obs, mask)
+    np.testing.assert_allclose(np.asarray(y), [1.5 + 0.729 * (20.0 + 100.0) / 2, -2.0 + 0.5 * (30.0 + 60.0) / 2],
+                               rtol=1e-6)
+    # an episode end inside the window (discount 0): the return alone
+    np.testing.assert_allclose(np.asarray(conditioned_double_q_target(online, target, ret, jnp.zeros(2), obs, mask)),
+                               [1.5, -2.0])
 
 
 def test_polyak_by_hand():
