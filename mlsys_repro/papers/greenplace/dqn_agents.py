@@ -23,6 +23,12 @@ The recipe's parts, each a policy field (``conf/policy/greenplace/{bdq,flat_dqn}
   (:func:`mlsys_repro.papers.greenplace.features.action_tables`).
 * ``cut_conditioned`` (BDQ): the node branches are conditioned on the chosen cut and read that cut's row of the
   tables (:class:`mlsys_repro.common.rl.dqn.ConditionedBranchingQNetwork`).
+* ``lr_schedule`` / ``lr_end`` / ``adam_eps``: the optimiser (:func:`make_optimizer`): Adam with the learning rate
+  constant or decayed (linear or cosine) from ``lr`` at the first gradient update to ``lr * lr_end`` at the last
+  (:func:`update_count` counts them exactly), and Adam's epsilon.
+* ``policy_tau``: the greedy (evaluated) policy reads a Polyak average of the online network updated after every
+  gradient step with this tau (weight averaging of the evaluated policy), instead of the online network or, with
+  ``act_on_target``, the bootstrap target.
 
 The reward's clipping (both terms at ``reward_clip``) is the environment's (:mod:`mlsys_repro.papers.greenplace.env`).
 """
@@ -88,6 +94,7 @@ class DQNState:
     updates: jax.Array
     iteration: jax.Array
     act_on_target: bool = struct.field(pytree_node=False, default=False)
+    avg: Any = None  # policy_tau > 0: the greedy policy's Polyak average of the online network (else None)
 
 
 def n_step_returns(window: Transition, gamma: float, n: int):
@@ -149,18 +156,60 @@ def _greedy(kind: str, graphdef, nvec, policy: PlacementPolicy):
     return greedy
 
 
+def replay_capacity(policy: PlacementPolicy, iterations: int, num_envs: int) -> int:
+    """The buffer's capacity: ``buffer_size`` rounded down to whole rows of ``num_envs`` transitions, never more
+    than training writes (iterations x num_envs: the same draws, less memory), at least one n-step window."""
+    return max(min(policy.buffer_size, iterations * num_envs) // num_envs, policy.n_step + 1) * num_envs
+
+
+def _updates_from(policy: PlacementPolicy, num_envs: int) -> int:
+    """Transitions the buffer must hold before gradient updates start."""
+    return max(policy.learning_starts, policy.batch_size, (policy.n_step + 1) * num_envs)
+
+
+def update_count(policy: PlacementPolicy, iterations: int, num_envs: int) -> int:
+    """The gradient updates one run takes: ``updates_per_iter`` in every iteration after which the buffer holds
+    :func:`_updates_from` transitions (it holds ``min(k * num_envs, capacity)`` after ``k`` iterations)."""
+    need = _updates_from(policy, num_envs)
+    if replay_capacity(policy, iterations, num_envs) < need:
+        return 0
+    first = -(-need // num_envs)  # the first iteration (1-based) that updates
+    return max(iterations - first + 1, 0) * policy.updates_per_iter
+
+
+def learning_rate(policy: PlacementPolicy, total_updates: int):
+    """The learning rate (a float, or an optax schedule of the update count): ``lr`` for ``lr_schedule:
+    constant``; else from ``lr`` at the first of ``total_updates`` gradient updates to ``lr * lr_end`` at the last,
+    linearly or along a half cosine (Loshchilov and Hutter's SGDR without restarts)."""
+    if policy.lr_schedule == "constant":
+        return policy.lr
+    span = max(int(total_updates) - 1, 1)
+    if policy.lr_schedule == "linear":
+        return optax.linear_schedule(policy.lr, policy.lr * policy.lr_end, span)
+    if policy.lr_schedule == "cosine":
+        return optax.cosine_decay_schedule(policy.lr, span, alpha=policy.lr_end)
+    raise ValueError(f"unknown lr_schedule {policy.lr_schedule!r}")
+
+
+def make_optimizer(policy: PlacementPolicy, total_updates: int) -> optax.GradientTransformation:
+    """Global-norm gradient clipping at ``max_grad_norm``, then Adam (epsilon ``adam_eps``) at
+    :func:`learning_rate`."""
+    return optax.chain(optax.clip_by_global_norm(policy.max_grad_norm),
+                       optax.adam(learning_rate(policy, total_updates), eps=policy.adam_eps))
+
+
 def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations: int, num_envs: int):
     kind = policy.kind
     nvec = env.action_space(env_params).nvec
     obs_dim = obs_size(env, env_params, policy)
     graphdef, _ = nnx.split(build_network(kind, obs_dim, nvec, policy))
-    tx = optax.chain(optax.clip_by_global_norm(policy.max_grad_norm), optax.adam(policy.lr))
+    total_updates = update_count(policy, iterations, num_envs)
+    tx = make_optimizer(policy, total_updates)
     eps = linear_schedule(policy.eps_start, policy.eps_end, int(policy.eps_decay_frac * iterations))
     v_mask = jax.vmap(env.action_mask, in_axes=(0, None))
     greedy = _greedy(kind, graphdef, nvec, policy)
     n = policy.n_step
-    # a buffer never holds more than training writes (iterations x num_envs): the same draws, less memory
-    capacity = max(min(policy.buffer_size, iterations * num_envs) // num_envs, n + 1) * num_envs
+    capacity = replay_capacity(policy, iterations, num_envs)
     conditioned = kind == "bdq" and policy.cut_conditioned
 
     def observe(obs, env_state, p):
@@ -206,8 +255,8 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
         return td_loss(q, flatten_action(action, nvec), y, policy.huber_delta)
 
     def update(nets, key, buffer: ReplayState):
-        """One gradient step on (params, target, opt_state, updates); the buffer is read, never carried."""
-        params, target, opt_state, updates = nets
+        """One gradient step on (params, target, opt_state, updates, avg); the buffer is read, never carried."""
+        params, target, opt_state, updates, avg = nets
         window = replay_sample_windows(buffer, key, policy.batch_size, num_envs, n + 1)
         loss, grads = jax.value_and_grad(loss_fn)(params, target, window)
         upd, opt_state = tx.update(grads, opt_state, params)
@@ -218,7 +267,9 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
         else:
             copy = updates % policy.target_period == 0
             target = jax.tree.map(lambda p, t: jnp.where(copy, p, t), params, target)
-        return (params, target, opt_state, updates), loss
+        if policy.policy_tau > 0:
+            avg = polyak(params, avg, policy.policy_tau)
+        return (params, target, opt_state, updates, avg), loss
 
     def iteration(env_params, ts: DQNState):
         key, k_act, k_step, k_upd = jax.random.split(ts.key, 4)
@@ -232,7 +283,7 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
         trans = Transition(obs, actions, reward, done.astype(jnp.float32), mask)
         ts = ts.replace(buffer=replay_add(ts.buffer, trans), env_state=env_state, obs=next_obs, key=key,
                         iteration=ts.iteration + 1)
-        ready = ts.buffer.size >= max(policy.learning_starts, policy.batch_size, (n + 1) * num_envs)
+        ready = ts.buffer.size >= _updates_from(policy, num_envs)
 
         # only the networks pass through the cond: vmapped over seeds, its predicate is batched and the cond
         # becomes a select of both branches' outputs, which must not include the replay buffer
@@ -243,10 +294,10 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
                                         jax.random.split(k_upd, policy.updates_per_iter))
             return nets, losses.mean()
 
-        nets = (ts.params, ts.target, ts.opt_state, ts.updates)
+        nets = (ts.params, ts.target, ts.opt_state, ts.updates, ts.avg)
         nets, loss = jax.lax.cond(ready, do_updates, lambda nets: (nets, jnp.zeros(())), nets)
-        params, target, opt_state, updates = nets
-        ts = ts.replace(params=params, target=target, opt_state=opt_state, updates=updates)
+        params, target, opt_state, updates, avg = nets
+        ts = ts.replace(params=params, target=target, opt_state=opt_state, updates=updates, avg=avg)
         return ts, {"reward": reward.mean(), "loss": loss, "objective": info["objective"].mean()}
 
     def init(key, params_env) -> DQNState:
@@ -264,7 +315,7 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
         return DQNState(params=params, target=params, opt_state=tx.init(params),
                         buffer=replay_init(example, capacity), env_state=env_state, obs=obs, key=key,
                         updates=jnp.zeros((), jnp.int32), iteration=jnp.zeros((), jnp.int32),
-                        act_on_target=policy.act_on_target)
+                        act_on_target=policy.act_on_target, avg=params if policy.policy_tau > 0 else None)
 
     def start(key, w_energy, env_params=env_params) -> DQNState:
         return init(key, env_params.replace(w_energy=jnp.asarray(w_energy, jnp.float32)))
@@ -281,7 +332,7 @@ def make_train(env: Environment, env_params, policy: PlacementPolicy, iterations
     train.graphdef = graphdef  # type: ignore[attr-defined]
     train.act = make_act(kind, graphdef, env, nvec, policy)  # type: ignore[attr-defined]
     train.env_steps = iterations * num_envs  # type: ignore[attr-defined]
-    train.updates = iterations * policy.updates_per_iter  # type: ignore[attr-defined]
+    train.updates = total_updates  # type: ignore[attr-defined]
     return train
 
 
@@ -308,7 +359,10 @@ def _reinit(key, x):
 
 
 def policy_params(ts: DQNState):
-    """What the greedy evaluation policy needs from a (possibly seed-batched) train state: the online network, or
-    with ``act_on_target`` the target network (with soft updates, a Polyak average of the online one over the last
-    ~1/tau updates: the usual way to read a stable greedy policy off a noisy Q-learner)."""
+    """What the greedy evaluation policy needs from a (possibly seed-batched) train state: the online network;
+    with ``policy_tau > 0`` its own Polyak average of the online network (over the last ~1/policy_tau updates); or
+    with ``act_on_target`` the target network (with soft updates, a Polyak average over the last ~1/target_tau
+    updates). Averaging the weights is the usual way to read a stable greedy policy off a noisy Q-learner."""
+    if ts.avg is not None:
+        return ts.avg
     return ts.target if ts.act_on_target else ts.params

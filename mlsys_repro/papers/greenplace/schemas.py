@@ -14,6 +14,7 @@ HEURISTICS = ("cloud_only", "edge_only", "random", "neurosurgeon", "neurosurgeon
               "greedy_greenest", "myopic", "lookahead")
 AGENTS = ("bdq", "flat_dqn", "ppo", "ppo_scorer")
 EXPLORE = ("uniform", "top_k", "boltzmann")
+LR_SCHEDULES = ("constant", "linear", "cosine")
 REWARD_SCALES = ("clip", "symlog")
 
 
@@ -108,6 +109,14 @@ class PlacementPolicy(BasePolicy):
     n_step: int = 1  # n-step returns, read from windows of each environment's consecutive transitions
     target_tau: float = 0.0  # > 0: soft (Polyak) target update every step; 0: hard copy every target_period
     act_on_target: bool = False  # the greedy (evaluated) policy reads the target network, a Polyak average
+    policy_tau: float = 0.0  # > 0: the greedy policy reads its own Polyak average of the online network, updated
+    # with this tau after every gradient step (slower than the target's; excludes act_on_target); 0: off
+    lr_schedule: str = "constant"  # the learning rate over the run's gradient updates: constant, linear or cosine
+    # decay from lr (first update) to lr * lr_end (last update)
+    lr_end: float = 0.1  # lr_schedule linear / cosine: the last update's learning rate as a fraction of lr
+    adam_eps: float = 1e-8  # Adam's epsilon (optax's default 1e-8; Rainbow and Dopamine use 1.5e-4)
+    keep_best: bool = False  # the reported policy is the checkpoint with the lowest greedy objective on the
+    # training-year curve episodes (selection on training data, never the evaluation year); else the last checkpoint
     explore: str = "uniform"  # epsilon draws: "uniform" over valid actions, "top_k" (uniform among the top_k
     # actions by predicted objective) or "boltzmann" (softmax of minus the predicted objective / temperature over them)
     temperature: float = 0.1  # explore="boltzmann": in normalised objective units
@@ -145,6 +154,20 @@ class PlacementPolicy(BasePolicy):
         if self.explore not in EXPLORE:
             raise ValueError(f"policy {self.name!r}: explore must be one of {EXPLORE}, got {self.explore!r}")
         _positive(f"policy {self.name!r}", temperature=self.temperature)
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"policy {self.name!r}: lr_schedule must be one of {LR_SCHEDULES}, "
+                             f"got {self.lr_schedule!r}")
+        if not 0 <= self.lr_end <= 1:
+            raise ValueError(f"policy {self.name!r}: lr_end must be in [0, 1], got {self.lr_end}")
+        _positive(f"policy {self.name!r}", adam_eps=self.adam_eps)
+        if not 0 <= self.policy_tau <= 1:
+            raise ValueError(f"policy {self.name!r}: policy_tau must be in [0, 1], got {self.policy_tau}")
+        if self.policy_tau > 0 and self.act_on_target:
+            raise ValueError(f"policy {self.name!r}: the greedy policy reads either the target network "
+                             f"(act_on_target) or its own average (policy_tau > 0), not both")
+        for flag in ("act_on_target", "keep_best"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"policy {self.name!r}: {flag} must be true or false, got {getattr(self, flag)!r}")
         if not 0 <= self.target_tau <= 1:
             raise ValueError(f"policy {self.name!r}: target_tau must be in [0, 1], got {self.target_tau}")
         if self.bc_steps < 0:

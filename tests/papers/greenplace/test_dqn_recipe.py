@@ -293,13 +293,87 @@ def test_boltzmann_temperature_limits_and_probabilities():
     np.testing.assert_allclose(mid[:3], w / w.sum(), atol=0.03)
 
 
-def test_replay_capacity_is_what_training_writes():
+@pytest.fixture(scope="module")
+def tiny_run():
+    """One tiny BDQ training with the recipe's switches on (Boltzmann exploration, a linear learning-rate decay,
+    Adam epsilon 1.5e-4, the greedy policy's own Polyak average at policy_tau 1, so it must equal the online
+    network), shared by the tests that read it."""
     p = tiny_params(rate=jnp.full(48, 0.5, jnp.float32), episode_jobs=8)
     pol = PlacementPolicy(name="bdq", kind="bdq", batch_size=8, buffer_size=10_000, learning_starts=16, torso=[8],
                           head_hidden=4, n_step=3, target_tau=0.1, explore="boltzmann", top_k=3,
-                          action_features=True, cut_conditioned=True, updates_per_iter=1)
+                          action_features=True, cut_conditioned=True, updates_per_iter=2, lr_schedule="linear",
+                          lr_end=0.25, adam_eps=1.5e-4, policy_tau=1.0)
     train = dqn_agents.make_train(ENV, p, pol, iterations=12, num_envs=2)
     ts, curves = jax.jit(train)(jax.random.key(0), 0.5)
+    return p, pol, train, ts, curves
+
+
+def test_replay_capacity_is_what_training_writes(tiny_run):
+    p, _, _, ts, curves = tiny_run
     assert ts.buffer.capacity == 12 * 2 and int(ts.buffer.size) == 24
     assert np.isfinite(np.asarray(curves["loss"])).all() and int(ts.updates) > 0
     assert float(np.asarray(curves["objective"]).max()) < float(p.reject_penalty)  # nothing was rejected
+
+
+def test_update_count_is_the_updates_training_takes_and_the_policy_reads_its_average(tiny_run):
+    _, pol, train, ts, _ = tiny_run
+    # updates start once the buffer holds max(learning_starts 16, batch 8, 4 x 2 envs) = 16 transitions: after
+    # iteration 8 of 12, so 5 iterations x 2 updates
+    assert train.updates == dqn_agents.update_count(pol, 12, 2) == 10 == int(ts.updates)
+    counts = [int(x) for x in jax.tree.leaves(ts.opt_state) if jnp.issubdtype(x.dtype, jnp.integer)]
+    assert counts and set(counts) == {10}  # Adam's and the schedule's step counts: the decay spans exactly these
+    pp = dqn_agents.policy_params(ts)
+    assert pp is ts.avg
+    for a, b in zip(jax.tree.leaves(pp), jax.tree.leaves(ts.params), strict=True):  # policy_tau 1: a copy
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert not all(np.array_equal(np.asarray(a), np.asarray(b))  # the target (tau 0.1) lags behind
+                   for a, b in zip(jax.tree.leaves(pp), jax.tree.leaves(ts.target), strict=True))
+
+
+def test_update_count_known_values():
+    pol = PlacementPolicy(name="q", kind="bdq", batch_size=8, learning_starts=16, n_step=3, updates_per_iter=3)
+    assert dqn_agents.update_count(pol, 12, 2) == (12 - 8 + 1) * 3
+    assert dqn_agents.update_count(pol.__class__(**{**pol.__dict__, "learning_starts": 1}), 12, 2) == (12 - 4 + 1) * 3
+    assert dqn_agents.update_count(pol, 7, 2) == 0  # 14 transitions never reach 16
+    small = pol.__class__(**{**pol.__dict__, "buffer_size": 10})
+    assert dqn_agents.replay_capacity(small, 12, 2) == 10 and dqn_agents.update_count(small, 12, 2) == 0
+
+
+def test_learning_rate_schedules_known_values():
+    base = dict(name="q", kind="bdq", lr=1e-3, lr_end=0.25)
+    assert dqn_agents.learning_rate(PlacementPolicy(**base), 5) == 1e-3
+    lin = dqn_agents.learning_rate(PlacementPolicy(**base, lr_schedule="linear"), 5)  # updates 0..4
+    cos = dqn_agents.learning_rate(PlacementPolicy(**base, lr_schedule="cosine"), 5)
+    for step, want_lin, want_cos in [(0, 1e-3, 1e-3), (1, 1e-3 * (1 - 0.75 / 4),
+                                                       1e-3 * (0.25 + 0.75 * 0.5 * (1 + np.cos(np.pi / 4)))),
+                                     (2, 6.25e-4, 6.25e-4), (4, 2.5e-4, 2.5e-4), (9, 2.5e-4, 2.5e-4)]:
+        assert float(lin(step)) == pytest.approx(want_lin, rel=1e-6)
+        assert float(cos(step)) == pytest.approx(want_cos, rel=1e-6)
+
+
+def test_optimizer_steps_with_adam_epsilon_and_the_decayed_rate():
+    """A constant gradient: Adam's bias-corrected step is lr_t * g / (|g| + eps) at every step, so the steps read
+    the schedule (lr, 0.75 lr, 0.5 lr over 3 updates to lr_end 0.5) and epsilon's damping of a small gradient."""
+    pol = PlacementPolicy(name="q", kind="bdq", lr=0.1, lr_schedule="linear", lr_end=0.5, adam_eps=1.5e-4)
+    tx = dqn_agents.make_optimizer(pol, 3)
+    params = {"w": jnp.zeros(2)}
+    state = tx.init(params)
+    g = {"w": jnp.array([1e-4, 1.0])}
+    steps = []
+    for _ in range(3):
+        upd, state = tx.update(g, state, params)
+        steps.append(np.asarray(upd["w"]))
+    steps = np.stack(steps)
+    np.testing.assert_allclose(steps[:, 1], -0.1 * np.array([1.0, 0.75, 0.5]) / (1 + 1.5e-4), rtol=5e-5)  # float32
+    np.testing.assert_allclose(steps[:, 0], -0.1 * np.array([1.0, 0.75, 0.5]) * 1e-4 / (1e-4 + 1.5e-4), rtol=1e-4)
+    plain = dqn_agents.make_optimizer(PlacementPolicy(name="q", kind="bdq", lr=0.1), 3)  # the defaults: 1e-8
+    upd, _ = plain.update(g, plain.init(params), params)
+    np.testing.assert_allclose(np.asarray(upd["w"]), [-0.1 * 1e-4 / (1e-4 + 1e-8), -0.1 / (1 + 1e-8)], rtol=1e-5)
+
+
+@pytest.mark.parametrize("bad, match", [({"lr_schedule": "step"}, "lr_schedule"), ({"lr_end": 1.5}, "lr_end"),
+                                        ({"adam_eps": 0.0}, "adam_eps"), ({"policy_tau": 2.0}, "policy_tau"),
+                                        ({"policy_tau": 0.01, "act_on_target": True}, "not both")])
+def test_recipe_switches_are_checked(bad, match):
+    with pytest.raises(ValueError, match=match):
+        PlacementPolicy(name="q", kind="bdq", **bad)
