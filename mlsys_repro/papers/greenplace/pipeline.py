@@ -1,7 +1,12 @@
 """greenplace's pipeline: what the experiments share that is not an experiment -- training an RL policy (compiled
 once per run and configuration, shared by scenarios and experiments through ``ctx.cache``), greedy evaluation of
 trained agents and heuristics on the evaluation year (compiled rollouts shared through the run's rollout table), the
-learning curve and training gates, and the result rows of one policy."""
+learning curve and training gates, and the result rows of one policy.
+
+The reported policy of an agent is its last checkpoint, or with the policy's ``keep_best`` the checkpoint with the
+lowest greedy objective on the training-year curve episodes (:func:`train_selecting`: the selection lives in the
+checkpointed state, so a resumed run selects the same checkpoint; the learning curve still shows every checkpoint).
+"""
 
 from __future__ import annotations
 
@@ -12,9 +17,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from mlsys_repro.common.repro import RunContext, metric_rows
-from mlsys_repro.common.repro.trainer import ChunkedTrainer, compile_trainer, curve_rows
+from mlsys_repro.common.repro.checkpoint import Checkpointer, run_chunked
+from mlsys_repro.common.repro.trainer import ChunkedTrainer, Trained, compile_trainer, curve_rows
 from mlsys_repro.papers.greenplace import dqn_agents
 from mlsys_repro.papers.greenplace.baselines import HEURISTIC_POLICIES, make_lookahead
 from mlsys_repro.papers.greenplace.data import World
@@ -49,6 +56,66 @@ def converged(curve: np.ndarray, tol: float = CONVERGED_TOL) -> np.ndarray:
         return np.zeros(c.shape[0], bool)
     last, prev = c[:, -1], c[:, -2]
     return (np.abs(last - prev) <= tol * np.abs(prev)) & (last <= c.min(1) + tol * np.abs(c.min(1)))
+
+
+@struct.dataclass
+class Selection:
+    """A batched train state with the best checkpoint so far (``keep_best``): the policy parameters of the checkpoint
+    with the lowest greedy training objective (leaves ``[R, ...]``), that objective (``[R]``, +inf before the first
+    checkpoint) and its chunk (``[R]``, 1-based; 0 before the first)."""
+
+    state: Any
+    best: Any
+    best_score: jax.Array
+    best_chunk: jax.Array
+    chunks: jax.Array  # int32 scalar: chunks done
+
+
+def select_best(sel: Selection, current: Any, score: jax.Array) -> Selection:
+    """After one more chunk: keep ``current`` (the policy parameters of the new checkpoint, leaves ``[R, ...]``) in
+    the runs where its ``score`` [R] is strictly below the best so far (ties keep the earlier checkpoint; a NaN
+    score is never selected)."""
+    chunk = sel.chunks + 1
+    better = jnp.asarray(score) < sel.best_score
+
+    def pick(new, old):
+        return jnp.where(better.reshape(better.shape + (1,) * (jnp.ndim(new) - 1)), new, old)
+
+    return sel.replace(best=jax.tree.map(pick, current, sel.best), best_score=jnp.where(better, score, sel.best_score),
+                       best_chunk=jnp.where(better, chunk, sel.best_chunk), chunks=chunk)
+
+
+def train_selecting(tr: ChunkedTrainer, start_args, advance_args, monitor: Callable[[Any], jax.Array],
+                    policy_params: Callable[[Any], Any], checkpointer: Checkpointer | None = None
+                    ) -> tuple[Trained, Selection]:
+    """:meth:`ChunkedTrainer.run` with ``monitor`` (a greedy training objective [R] per checkpoint, lower is
+    better) and the best checkpoint's policy parameters kept in the state (:func:`select_best`), checkpointed with
+    it, so a resumed run keeps its selection. Returns what ``run`` returns (the curve: every checkpoint's score)
+    and the final :class:`Selection`."""
+    advance_args = tuple(advance_args)
+
+    def chunk(sel: Selection):
+        state, metrics = tr.advance(sel.state, *advance_args)
+        score = monitor(state)
+        return select_best(sel.replace(state=state), policy_params(state), score), (metrics, score)
+
+    def chunk_shape(sel: Selection):  # as ChunkedTrainer.run's: jitted functions bring their own eval_shape
+        adv = tr.advance
+        state, metrics = adv.eval_shape(sel.state, *advance_args) if hasattr(adv, "eval_shape") \
+            else jax.eval_shape(adv, sel.state, *advance_args)
+        score = monitor.eval_shape(state) if hasattr(monitor, "eval_shape") else jax.eval_shape(monitor, state)
+        return sel, (metrics, score)
+
+    chunk.eval_shape = chunk_shape  # type: ignore[attr-defined]
+    init = tr.start(*start_args)
+    pp = policy_params(init)
+    runs = jax.tree.leaves(pp)[0].shape[0]
+    sel0 = Selection(state=init, best=pp, best_score=jnp.full((runs,), jnp.inf, jnp.float32),
+                     best_chunk=jnp.zeros((runs,), jnp.int32), chunks=jnp.zeros((), jnp.int32))
+    sel, history = run_chunked(chunk, sel0, tr.chunks, checkpointer)
+    steps = jax.tree.map(lambda *h: jnp.concatenate(h, axis=1), *[h[0] for h in history])
+    curve = jnp.stack([h[1] for h in history], axis=1)
+    return Trained(sel.state, steps, curve, tr.chunk_steps), sel
 
 
 def _heuristic_act(pol: PlacementPolicy):
@@ -123,12 +190,18 @@ def train_and_evaluate(w: World, scenario, pol: PlacementPolicy, seeds: np.ndarr
     # the curve's episodes: what "beats its own initialisation" compares with
     start_obj = np.asarray(greedy_on_train(tr.start(keys, ws, train_params)))
     ckpt = ctx.checkpointer(f"{w.regime.name}-{scenario.name}-{pol.name}-w{'_'.join(f'{x:g}' for x in weights)}")
-    done = tr.run((keys, ws, train_params), (ws, train_params), monitor=greedy_on_train, checkpointer=ckpt)
-    ts, curves, lc = done.state, done.steps, np.asarray(done.curve)  # lc: [runs, chunks]
+    if pol.keep_best:  # the reported policy: the checkpoint with the lowest greedy objective on the curve episodes
+        done, sel = train_selecting(tr, (keys, ws, train_params), (ws, train_params), greedy_on_train,
+                                    mod.policy_params, ckpt)
+        reported, chosen = sel.best, np.asarray(sel.best_chunk)
+    else:  # the last checkpoint
+        done = tr.run((keys, ws, train_params), (ws, train_params), monitor=greedy_on_train, checkpointer=ckpt)
+        reported, chosen = mod.policy_params(done.state), np.full(len(ws), tr.chunks)
+    curves, lc = done.steps, np.asarray(done.curve)  # lc: [runs, chunks]
     out = {}
     for i, wt in enumerate(weights):
         sl = slice(i * len(seeds), (i + 1) * len(seeds))
-        pp = jax.tree.map(lambda x, sl=sl: x[sl], mod.policy_params(ts))
+        pp = jax.tree.map(lambda x, sl=sl: x[sl], reported)
         ep, starts = w.eval_params(scenario, wt)
         eval_keys = jax.vmap(jax.random.key)(jnp.asarray(seeds + 10_000, jnp.uint32))
         info = rollouts(train.act, ep, eval_keys, starts, p.eval_jobs, pp, compiled)
@@ -136,14 +209,25 @@ def train_and_evaluate(w: World, scenario, pol: PlacementPolicy, seeds: np.ndarr
         ref = {name: np.asarray(rollouts(AsAgent(HEURISTIC_POLICIES[name]), cp, curve_keys[sl], cstarts,
                                          p.curve_jobs, compiled=compiled)["objective"].mean((1, 2)))
                for name in ("myopic", "cloud_only")}
-        last = lc[sl, -1]
         learn = {"curve": lc[sl], "env_steps": train.env_steps, "chunk_steps": train.env_steps // tr.chunks,
-                 "converged": converged(lc[sl]), "beats_trivial_on_train": last < ref["cloud_only"],
-                 "beats_myopic_on_train": last < ref["myopic"], "myopic_train_objective": ref["myopic"],
-                 "start_train_objective": start_obj[sl], "warm_start": warm_start(pol),
-                 "beats_start_on_train": last < start_obj[sl]}
+                 **training_gates(lc[sl], chosen[sl], start_obj[sl], ref["myopic"], ref["cloud_only"]),
+                 "myopic_train_objective": ref["myopic"], "start_train_objective": start_obj[sl],
+                 "warm_start": warm_start(pol),
+                 "selected_env_steps": chosen[sl] * (train.env_steps // tr.chunks) if pol.keep_best else None}
         out[wt] = (summarise(info), info, jax.tree.map(lambda x, sl=sl: np.asarray(x[sl]), curves), learn)
     return out
+
+
+def training_gates(curve: np.ndarray, chosen: np.ndarray, start: np.ndarray, myopic: np.ndarray,
+                   cloud_only: np.ndarray) -> dict[str, np.ndarray]:
+    """The training gates of runs with greedy training objectives ``curve`` [R, chunks] whose reported policy is
+    checkpoint ``chosen`` [R] (1-based: the last, or the selected one with ``keep_best``): ``converged`` reads the
+    learner's curve (:func:`converged`, its last checkpoints, whichever is reported); the comparisons read the
+    reported policy's objective, against cloud-only (``beats_trivial_on_train``), myopic and the start."""
+    c = np.asarray(curve, float)
+    rep = c[np.arange(c.shape[0]), np.asarray(chosen) - 1]
+    return {"converged": converged(c), "beats_trivial_on_train": rep < cloud_only,
+            "beats_myopic_on_train": rep < myopic, "beats_start_on_train": rep < start}
 
 
 def warm_start(pol: PlacementPolicy) -> bool:
@@ -155,13 +239,18 @@ def learning_rows(name: str, learn: dict, seeds, **cond) -> list[dict]:
     """The learning curve (greedy objective on training-year episodes after each chunk, and before training at
     ``env_steps`` 0) and the gates: ``converged`` and ``beats_trivial_on_train`` (required by the claims),
     ``beats_myopic_on_train`` and the start comparison (reported): ``beats_untrained`` for a cold start (the same
-    network at its initial parameters), ``beats_prior`` for a warm start (the behaviour-cloned network)."""
+    network at its initial parameters), ``beats_prior`` for a warm start (the behaviour-cloned network). The
+    ``beats_*`` gates read the reported policy (with ``keep_best`` the selected checkpoint, whose ``env_steps`` is
+    the row ``selected_env_steps``); ``converged`` reads the curve's last checkpoints either way."""
     start = learn["start_train_objective"][:, None]
     rows = curve_rows(name, {"greedy_train_objective": (start, "normalised")}, seeds, 0, step_column="env_steps",
                       **cond)
     rows += curve_rows(name, {"greedy_train_objective": (learn["curve"], "normalised")}, seeds,
                        learn["chunk_steps"], step_column="env_steps", **cond)
     start_gate = "beats_prior" if learn["warm_start"] else "beats_untrained"
+    if learn.get("selected_env_steps") is not None:
+        rows += metric_rows(name, {"selected_env_steps": (np.asarray(learn["selected_env_steps"], float), "steps")},
+                            seeds=seeds, **cond)
     return rows + metric_rows(name, {
         "converged": (learn["converged"].astype(float), "0/1"),
         "beats_trivial_on_train": (learn["beats_trivial_on_train"].astype(float), "0/1"),
