@@ -18,7 +18,8 @@ condition's tuning seeds (``casp_k<k>``, repeated as ``casp_best_k``; ``best_k``
 several conditions, at the one k with the least mean time over every condition's tuning seeds (``casp_const_k``;
 ``const_k`` says which). The other fixed k never run on the reported seeds: nothing reads them.
 A3C policies carry two 0/1 gate metrics: ``arms_differ`` (its greedy decisions over all runs of the experiment
-take >= 2 values of k) and ``converged`` (:func:`mlsys_repro.papers.petrel.a3c.learning_summary` of its training).
+take >= 2 values of k) and ``converged`` (:func:`mlsys_repro.papers.petrel.a3c.greedy_summary` of its training's
+greedy evaluation curve).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import pandas as pd
 
 from mlsys_repro.common.repro import RunContext, metric_rows
 from mlsys_repro.common.repro.plots import bars_with_ci, figure, lines_with_ci
-from mlsys_repro.papers.petrel.a3c import arms_differ, learning_summary
+from mlsys_repro.papers.petrel.a3c import arms_differ, greedy_summary, learning_summary
 from mlsys_repro.papers.petrel.data import task_for
 from mlsys_repro.papers.petrel.pipeline import RunResult, agents_for, condition_hardware, run_jobs
 from mlsys_repro.papers.petrel.schemas import PetrelParams, SyncPolicy
@@ -180,7 +181,7 @@ def _gate_rows(agents, decisions) -> list[dict[str, Any]]:
         for _, seed, cond, _ in mine:
             if seed not in conv:
                 agent = aset.for_seed(seed)
-                conv[seed] = learning_summary(agent.log, len(agent.conditions))["converged"]
+                conv[seed] = greedy_summary(agent.log, len(agent.conditions))["converged"]
             rows += metric_rows(name, {"arms_differ": (differ, "flag"), "converged": (conv[seed], "flag")},
                                 seeds=[seed], **cond)
     return rows
@@ -405,11 +406,38 @@ def ablation(ctx: RunContext):
     return rows
 
 
+def greedy_rows(name: str, seed: int, agent) -> list[dict[str, Any]]:
+    """The greedy evaluation curve of one trained agent (``greedy_return``, ``greedy_mean_k`` per ``chunk`` point and
+    condition) and its gate rows (``improved``, ``plateaued``, ``converged`` from that curve; ``sampled_*`` from the
+    sampled training returns, informational; ``complete_chunks``, ``shared_updates``)."""
+    log = agent.log
+    rows: list[dict[str, Any]] = []
+    for p, c, r, k in zip(log.greedy_chunk, log.greedy_condition, log.greedy_ret, log.greedy_k, strict=True):
+        n, ratio, gbps = agent.conditions[int(c)]
+        rows += metric_rows(name, {"greedy_return": (r, "reward"), "greedy_mean_k": (k, "count")}, seeds=[seed],
+                            chunk=int(p), num_workers=n, speed_ratio=ratio, link_gbps=gbps)
+    summ = greedy_summary(log, len(agent.conditions))
+    sampled = learning_summary(log, len(agent.conditions))
+    rows += metric_rows(name, {"improved": (summ["improved"], "flag"), "plateaued": (summ["plateaued"], "flag"),
+                               "converged": (summ["converged"], "flag"),
+                               "sampled_improved": (sampled["improved"], "flag"),
+                               "sampled_plateaued": (sampled["plateaued"], "flag"),
+                               "sampled_converged": (sampled["converged"], "flag"),
+                               "complete_chunks": (summ["chunks"], "count"),
+                               "shared_updates": (log.updates, "count")}, seeds=[seed])
+    return rows
+
+
 def a3c_training(ctx: RunContext):
     """Learning curve of the A3C community agent: ``curve_episode_return`` and ``curve_episode_mean_k`` per episode
     (``episode`` column), ``curve_chunk_return`` per chunk (one pass over every training condition; ``episode`` =
-    episodes done at its end), and the gate metrics ``improved``, ``plateaued`` and ``converged``; with per-seed
-    agents (``a3c.per_seed``) once per agent, its ``seed`` column the evaluation seed it serves."""
+    episodes done at its end), the greedy evaluation curve ``greedy_return`` and ``greedy_mean_k`` per evaluation
+    point (``chunk`` column, -1 = before any update) and condition (``num_workers``, ``speed_ratio``, ``link_gbps``),
+    the gate metrics ``improved``, ``plateaued`` and ``converged`` read from that greedy curve
+    (:func:`~mlsys_repro.papers.petrel.a3c.greedy_summary`), and the same three read from the sampled training returns
+    (``sampled_improved``, ``sampled_plateaued``, ``sampled_converged``: informational,
+    :func:`~mlsys_repro.papers.petrel.a3c.learning_summary`); with per-seed agents (``a3c.per_seed``) once per
+    agent, its ``seed`` column the evaluation seed it serves."""
     task = task_for(ctx)
     agents = _agents(ctx, task)
     if not agents:
@@ -436,11 +464,7 @@ def a3c_training(ctx: RunContext):
         for c, m in zip(chunks, means, strict=True):
             rows += metric_rows(name, {"curve_chunk_return": (m, "reward")}, seeds=[seed], chunk=int(c),
                                 episode=int((c + 1) * len(agent.conditions)))
-        summ = learning_summary(log, len(agent.conditions))
-        rows += metric_rows(name, {"improved": (summ["improved"], "flag"), "plateaued": (summ["plateaued"], "flag"),
-                                   "converged": (summ["converged"], "flag"),
-                                   "complete_chunks": (summ["chunks"], "count"),
-                                   "shared_updates": (log.updates, "count")}, seeds=[seed])
+        rows += greedy_rows(name, seed, agent)
         if one:
             axes[0, 0].plot(cols["episode"], cols["ret"], ".", alpha=0.3, label=f"{label} episodes")
         axes[0, 0].plot((chunks + 0.5) * len(agent.conditions), means, "-o", ms=3, lw=1, label=f"{label} chunk mean")

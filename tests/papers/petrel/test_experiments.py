@@ -66,15 +66,18 @@ def test_reported_seeds_run_only_the_picked_ks():
 
 
 def _agent_with_log(table):
-    """A stand-in agent whose training log has one return per (chunk, condition) from ``table``."""
+    """A stand-in agent whose greedy evaluation curve has one return per (point, condition) from ``table`` (row 0:
+    the untrained policy, point -1; row i: after chunk i - 1), and whose training log has those chunks complete."""
     from mlsys_repro.papers.petrel.a3c import TrainLog
 
     log = TrainLog()
     for ch, row in enumerate(table):
         for c, r in enumerate(row):
-            log.ret.append(float(r))
-            log.chunk.append(ch)
-            log.condition.append(c)
+            log.greedy_ret.append(float(r))
+            log.greedy_chunk.append(ch - 1)
+            log.greedy_condition.append(c)
+            if ch:
+                log.episode.append(len(log.episode))
     return SimpleNamespace(log=log, conditions=[(16, 1.0, 1.0), (16, 4.0, 1.0), (16, 8.0, 1.0)])
 
 
