@@ -81,6 +81,31 @@ def test_n_step_returns_known_answer(monkeypatch):
     assert agent.log.updates == 1
 
 
+@pytest.mark.parametrize("bootstrap, want", [(False, [2.75, 3.5, 3.0]), (True, [3.25, 4.5, 5.0])])
+def test_one_update_per_episode_with_terminal_end(monkeypatch, bootstrap, want):
+    """t_max >= the episode's rewards: one update at the episode end over all of them; the end is terminal (R = 0
+    after the last reward) unless bootstrap_at_end (R = V(last state) = 4)."""
+    cfg = A3CConfig(t_max=6, episode_decisions=6, gamma=0.5, bootstrap_at_end=bootstrap)
+    agent = SharedAgent(cfg, levels=2, seed=0)
+    seen = []
+
+    def fake_grads(params, x, a, ret, mask, value_coef, entropy_coef):
+        seen.append(np.asarray(ret))
+        return {k: jnp.zeros_like(v) for k, v in params.items()}, 0.0, (0.0, 0.0, 0.0)
+
+    monkeypatch.setattr("mlsys_repro.papers.petrel.a3c.a3c_grads", fake_grads)
+    monkeypatch.setattr("mlsys_repro.papers.petrel.a3c.forward", lambda p, x, xp=np: (np.zeros(2), np.asarray(4.0)))
+    lr = Learner(agent, 0, np.random.default_rng(0))
+    x = np.zeros(feature_dim(2), np.float32)
+    for r in (None, 1.0, 2.0):
+        lr.step(x, r, 2)
+    assert seen == []  # no update before the episode ends
+    lr.finish(x, 3.0)
+    # terminal: R2 = 3, R1 = 2 + 0.5 * 3, R0 = 1 + 0.5 * 3.5; bootstrapped: R2 = 3 + 0.5 * 4, ...
+    assert len(seen) == 1 and agent.log.updates == 1
+    np.testing.assert_allclose(seen[0], want)
+
+
 def test_a3c_loss_gradient_is_finite_and_respects_mask():
     p = init_params(feature_dim(4), 16, 4, 0)
     x = jnp.ones((3, feature_dim(4)))
