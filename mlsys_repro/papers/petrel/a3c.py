@@ -607,7 +607,8 @@ def greedy_summary(log: TrainLog, num_conditions: int, tail_chunks: int = 3) -> 
 
 
 def arms_differ(choices: list[list[int]]) -> float:
-    """1 if the agent's decisions over all runs take at least two different community counts, else 0.
+    """1 if the agent's decisions over all runs take at least two different community counts, else 0 (one agent's:
+    with per-seed agents each is judged on its own runs, ``experiments._gate_rows``).
 
     Meant for runs at one worker count (the experiments of the A3C claims have N = 16): across worker counts one
     action level maps to different k (:func:`k_levels`), so different k there need not mean different actions."""

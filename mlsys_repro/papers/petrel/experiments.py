@@ -17,8 +17,9 @@ tuning seeds (``tuning_casp_k<k>``); the reported seeds then run CASP at the k w
 condition's tuning seeds (``casp_k<k>``, repeated as ``casp_best_k``; ``best_k`` says which) and, on a sweep of
 several conditions, at the one k with the least mean time over every condition's tuning seeds (``casp_const_k``;
 ``const_k`` says which). The other fixed k never run on the reported seeds: nothing reads them.
-A3C policies carry two 0/1 gate metrics: ``arms_differ`` (its greedy decisions over all runs of the experiment
-take >= 2 values of k) and ``converged`` (:func:`mlsys_repro.papers.petrel.a3c.greedy_summary` of its training's
+A3C policies carry two 0/1 gate metrics per run, judged per agent (the run's seed's, with per-seed agents):
+``arms_differ`` (the agent's greedy decisions over all runs of the experiment at that worker count take >= 2 values
+of k) and ``converged`` (:func:`mlsys_repro.papers.petrel.a3c.greedy_summary` of its training's
 greedy evaluation curve).
 """
 
@@ -171,17 +172,29 @@ def _condition(ctx: RunContext, task, hw, agents, note: str, tuning: Sequence[Ru
 
 
 def _gate_rows(agents, decisions) -> list[dict[str, Any]]:
-    """``arms_differ`` (over every run of the experiment) and ``converged`` rows for each A3C policy and run
-    (``converged``: the training of the agent that made the run's decisions, its seed's with per-seed agents)."""
+    """``arms_differ`` and ``converged`` rows for each A3C policy and run, both judged per agent: with per-seed
+    agents, the run's seed's agent; with one shared agent, that agent for every seed. ``arms_differ``: the agent's
+    greedy decisions over every run of the experiment at the run's worker count take >= 2 values of k (one action
+    level means different k at different N); ``converged``: the gate of that agent's training
+    (:func:`~mlsys_repro.papers.petrel.a3c.greedy_summary`). A claim's cell then counts the share of its runs (seeds)
+    whose agent passes (``gates.cell_valid``)."""
     rows: list[dict[str, Any]] = []
     for name, aset in agents.items():
         mine = [d for d in decisions if d[0] == name]
-        differ = arms_differ([d[3] for d in mine])
+        per_seed = aset.shared is None
+
+        def key(seed: int, cond: dict[str, Any]) -> tuple:
+            return (seed if per_seed else None, cond.get("num_workers"))
+
+        chosen: dict[tuple, list[list[int]]] = {}
+        for _, seed, cond, ks in mine:
+            chosen.setdefault(key(seed, cond), []).append(ks)
         conv: dict[int, float] = {}
         for _, seed, cond, _ in mine:
             if seed not in conv:
                 agent = aset.for_seed(seed)
                 conv[seed] = greedy_summary(agent.log, len(agent.conditions))["converged"]
+            differ = arms_differ(chosen[key(seed, cond)])
             rows += metric_rows(name, {"arms_differ": (differ, "flag"), "converged": (conv[seed], "flag")},
                                 seeds=[seed], **cond)
     return rows
