@@ -301,8 +301,10 @@ class A3CCommunities(Grouper):
     via_leader = True
     decides = True
 
-    def __init__(self, agent: SharedAgent, greedy: bool = True, learner: Learner | None = None):
+    def __init__(self, agent: SharedAgent, greedy: bool = True, learner: Learner | None = None,
+                 params: dict[str, np.ndarray] | None = None):
         self.agent, self.greedy, self.learner = agent, greedy, learner
+        self.params = params  # greedy on these frozen parameters (None: the agent's current ones)
         self.observer = Observer(agent.levels, agent.cfg.reward_scale, agent.cfg.bytes_penalty)
         self.level = 0
         self._first = True
@@ -324,7 +326,7 @@ class A3CCommunities(Grouper):
         if self.learner is not None:
             a = self.learner.step(x, None if self._first else reward, sim.n)
         else:
-            a = self.agent.act(x)
+            a = self.agent.act(x, self.params)
         self._first = False
         self.level = a
         k = int(k_levels(sim.n, self.agent.levels)[a])
@@ -357,10 +359,14 @@ def episode_condition(cfg, ep: int) -> tuple[int, int]:
 
 
 def eval_conditions(cfg) -> list[int]:
-    """Indices (into :func:`train_conditions`) of the greedy evaluation conditions: every speed ratio and link rate
-    at the largest training worker count."""
+    """Indices (into :func:`train_conditions`) of the greedy evaluation conditions, at the largest training worker
+    count: a cyclic diagonal of the speed ratio x link rate grid, ``max(ratios, links)`` conditions that cover every
+    speed ratio and every link rate (4 ratios x 3 rates: (1x, 1), (2x, 10), (4x, 100), (8x, 1) Gb/s)."""
     n = max(int(w) for w in cfg.train_workers)
-    return [i for i, c in enumerate(train_conditions(cfg)) if c[0] == n]
+    ratios = [float(r) for r in cfg.train_speed_ratios]
+    links = [float(g) for g in cfg.train_link_gbps] or [0.0]
+    want = {(ratios[i % len(ratios)], links[i % len(links)]) for i in range(max(len(ratios), len(links)))}
+    return [i for i, c in enumerate(train_conditions(cfg)) if c[0] == n and (c[1], c[2]) in want]
 
 
 # held-out hardware seeds of the greedy evaluation: stream + EVAL_SEED_OFFSET + condition index, above every training
@@ -428,11 +434,13 @@ def train_agents(cfg, levels: int, make_sim: Callable[..., PSSim], make_engine: 
     builds an episode's training simulation on hardware seed ``stream + episode`` (horizon =
     ``cfg.episode_decisions`` decisions, no early stop); ``progress(agent index, episode, return)``.
 
-    With ``evaluate``, every agent's frozen greedy policy runs on its :func:`eval_conditions` (hardware seeds
-    :func:`eval_hw_seed`) before the first wave (point -1) and after the wave in which each of its chunks completes
-    (point = that chunk; the parameters then include every update of that wave), and once more after the last wave
-    if the last chunk is incomplete; the returns and mean k go to the agent's log (``greedy_*``). The evaluation
-    never touches the parameters, the learners or their random streams, so training is the same with or without it.
+    With ``evaluate``, every agent's greedy policy is evaluated on its :func:`eval_conditions` (hardware seeds
+    :func:`eval_hw_seed`) with its parameters frozen before the first wave (point -1) and at the end of the wave in
+    which each of its chunks completes (point = that chunk), and at the end if the last chunk is incomplete; the
+    returns and mean k go to the agent's log (``greedy_*``). These greedy runs go into the next wave's batches (they
+    run beside its training episodes on their frozen copy; the last point's run alone), so they cost few extra
+    batched calls. They never touch the parameters, the learners or their random streams: with
+    ``engine_mode="map"`` training is bit for bit the same with or without them.
     """
     from mlsys_repro.papers.petrel.sim import run_batch
 
@@ -446,20 +454,21 @@ def train_agents(cfg, levels: int, make_sim: Callable[..., PSSim], make_engine: 
         agents.append(agent)
         learners.append([Learner(agent, i, np.random.default_rng([acfg.seed, i, 0xAC7]))
                          for i in range(cfg.actors)])
-    def evaluate_at(points: list[tuple[int, int]]) -> None:
-        """Greedy runs of agent ``a`` labelled ``point`` for every (a, point), batched on one engine per N."""
-        engines: dict[int, object] = {}
+    def eval_runs(points: list[tuple[int, int, dict]], engines: dict[int, object]) -> list[tuple]:
+        """Greedy runs of agent ``a`` on its frozen parameters ``params``, labelled ``point``, for every (a, point,
+        params), on ``engines`` (one per worker count, shared with the training wave that runs beside them)."""
         runs = []
-        for a, point in points:
+        for a, point, params in points:
             agent = agents[a]
             for ci in eval_conditions(agent.cfg):
                 cond = agent.conditions[ci]
                 engine = engines.setdefault(cond[0], make_engine())
-                grouper = A3CCommunities(agent, greedy=True)
+                grouper = A3CCommunities(agent, greedy=True, params=params)
                 runs.append((a, point, ci, grouper, make_sim(eval_hw_seed(agent.cfg, ci), cond, grouper, engine),
                              engine))
-        for engine in engines.values():
-            run_batch([r[4] for r in runs if r[5] is engine], engine)
+        return runs
+
+    def record(runs: list[tuple]) -> None:
         for a, point, ci, grouper, sim, _ in runs:
             grouper.finish(sim)
             log = agents[a].log
@@ -468,8 +477,9 @@ def train_agents(cfg, levels: int, make_sim: Callable[..., PSSim], make_engine: 
             log.greedy_ret.append(float(np.sum(grouper.rewards)))
             log.greedy_k.append(float(np.mean(grouper.chosen)) if grouper.chosen else float("nan"))
 
-    if evaluate:
-        evaluate_at([(a, -1) for a in range(len(agents))])
+    # evaluation points waiting to run (beside the next wave): (agent, point, its parameters frozen at that point)
+    pending = [(a, -1, agent.snapshot()) for a, agent in enumerate(agents)] if evaluate else []
+    c = len(agents[0].conditions)
     while True:
         wave = []
         for a, agent in enumerate(agents):
@@ -491,8 +501,11 @@ def train_agents(cfg, levels: int, make_sim: Callable[..., PSSim], make_engine: 
             grouper = A3CCommunities(agent, greedy=False, learner=learner)
             runs.append((a, ep, chunk, ci, learner, grouper, make_sim(agent.cfg.seed + ep, cond, grouper, engine),
                          engine))
+        greedy = eval_runs(pending, engines)
+        pending = []
         for engine in engines.values():
-            run_batch([r[6] for r in runs if r[7] is engine], engine)
+            run_batch([r[6] for r in runs if r[7] is engine] + [g[4] for g in greedy if g[5] is engine], engine)
+        record(greedy)
         for a, ep, chunk, ci, learner, grouper, sim, _ in runs:
             grouper.finish(sim)
             log = agents[a].log
@@ -505,18 +518,20 @@ def train_agents(cfg, levels: int, make_sim: Callable[..., PSSim], make_engine: 
             if progress:
                 progress(a, ep, learner.episode_return)
         if evaluate:
-            c = len(agents[0].conditions)
-            points = []
             for a in sorted({w[0] for w in wave}):
                 done = len(agents[a].log.episode)
                 lo = len([e for w_a, e, _ in wave if w_a == a])
-                complete = [ch for ch in range((done - lo) // c, done // c)]  # chunks completed in this wave
+                complete = list(range((done - lo) // c, done // c))  # chunks completed in this wave
                 if complete:
-                    points.append((a, complete[-1]))
+                    pending.append((a, complete[-1], agents[a].snapshot()))
                 elif done == agents[a].cfg.episodes and done % c:
-                    points.append((a, done // c))  # the last, incomplete chunk
-            if points:
-                evaluate_at(points)
+                    pending.append((a, done // c, agents[a].snapshot()))  # the last, incomplete chunk
+    if pending:  # the points of the last wave run on their own
+        engines = {}
+        greedy = eval_runs(pending, engines)
+        for engine in engines.values():
+            run_batch([g[4] for g in greedy if g[5] is engine], engine)
+        record(greedy)
     return agents
 
 

@@ -196,12 +196,11 @@ def test_eval_conditions_and_seeds_are_held_out():
                     episodes=120, seed=100_000)
     conds = train_conditions(cfg)
     ev = eval_conditions(cfg)
-    assert len(ev) == 12 and {conds[i][0] for i in ev} == {16}
-    assert {(conds[i][1], conds[i][2]) for i in ev} == {(r, g) for r in cfg.train_speed_ratios
-                                                         for g in cfg.train_link_gbps}
+    # a cyclic diagonal at N = 16: every speed ratio and every link rate, 4 conditions
+    assert sorted(conds[i] for i in ev) == [(16, 1.0, 1.0), (16, 2.0, 10.0), (16, 4.0, 100.0), (16, 8.0, 1.0)]
     seeds = {eval_hw_seed(cfg, i) for i in ev}
     train_seeds = {cfg.seed + e for e in range(cfg.episodes)}
-    assert len(seeds) == 12 and not seeds & train_seeds and min(seeds) > max(train_seeds)
+    assert len(seeds) == 4 and not seeds & train_seeds and min(seeds) > max(train_seeds)
     assert max(seeds) < cfg.seed + 10_000  # below the next agent's stream
 
 
