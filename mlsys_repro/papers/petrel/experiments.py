@@ -482,6 +482,12 @@ def a3c_training(ctx: RunContext):
             axes[0, 0].plot(cols["episode"], cols["ret"], ".", alpha=0.3, label=f"{label} episodes")
         axes[0, 0].plot((chunks + 0.5) * len(agent.conditions), means, "-o", ms=3, lw=1, label=f"{label} chunk mean")
         axes[0, 1].plot(cols["episode"], cols["mean_k"], ".", alpha=0.4 if one else 0.15, label=label)
+        if log.greedy_ret:  # the greedy curve (the gate's): mean over evaluation conditions at each point
+            pts = sorted(set(log.greedy_chunk))
+            g = [float(np.mean([r for p, r in zip(log.greedy_chunk, log.greedy_ret, strict=True) if p == q]))
+                 for q in pts]
+            axes[0, 0].plot([(q + 1) * len(agent.conditions) for q in pts], g, "--s", ms=3, lw=1,
+                            label=f"{label} greedy")
     axes[0, 0].set_xlabel("episode")
     axes[0, 0].set_ylabel("episode return (probe log-loss decrease rate)")
     axes[0, 1].set_xlabel("episode")
