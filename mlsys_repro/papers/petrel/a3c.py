@@ -25,9 +25,12 @@ MDP (one step = one decision interval of ``decision_every_steps * base_step_s`` 
   simulated second, in units of one decision interval).
 
 Training episodes cycle through every training condition (workers x speed ratio x link rate) once per *chunk*, in
-a seeded order, on hardware seeds ``a3c.seed + episode`` (disjoint from evaluation seeds); chunk means are therefore
-comparable, and :func:`learning_summary` reads improvement and plateau from them. Evaluation runs use the trained
-policy greedily and frozen.
+a seeded order, on hardware seeds ``a3c.seed + episode`` (disjoint from evaluation seeds). Before the first update
+and after each complete chunk the frozen greedy policy is evaluated on the evaluation conditions (:func:`eval_conditions`:
+the training conditions at the largest training worker count) on held-out hardware seeds, the same at every point
+(:func:`eval_hw_seed`), so the points of this greedy curve are paired; :func:`greedy_summary` reads improvement and
+plateau from it (the gate), :func:`learning_summary` from the sampled training returns (informational). Evaluation
+runs use the trained policy greedily and frozen.
 """
 
 from __future__ import annotations
@@ -177,6 +180,12 @@ class TrainLog:
     condition: list[int] = field(default_factory=list)
     chunk: list[int] = field(default_factory=list)
     updates: int = 0
+    # greedy evaluation curve: one entry per (evaluation point, evaluation condition); point -1 = before any update,
+    # c >= 0 = after the wave in which chunk c's last episode ran; condition = index into train_conditions
+    greedy_chunk: list[int] = field(default_factory=list)
+    greedy_condition: list[int] = field(default_factory=list)
+    greedy_ret: list[float] = field(default_factory=list)
+    greedy_k: list[float] = field(default_factory=list)
 
 
 class SharedAgent:
@@ -258,20 +267,20 @@ class Learner:
         return a
 
     def finish(self, x: np.ndarray, reward: float) -> None:
-        """Episode cut off by the horizon: bootstrap from the value of the last state."""
+        """Episode cut off by the horizon: bootstrap from the value of the last state, or (``a3c.bootstrap_at_end``
+        false) treat the end as terminal, so the returns are sums over the rest of the episode."""
         self.rews.append(reward)
         self.episode_return += reward
-        self._learn(bootstrap_x=x)
+        self._learn(bootstrap_x=x if self.agent.cfg.bootstrap_at_end else None)
 
-    def _learn(self, bootstrap_x: np.ndarray) -> None:
+    def _learn(self, bootstrap_x: np.ndarray | None) -> None:
         n = len(self.rews)
         if n == 0:
             return
         cfg = self.agent.cfg
         xs, acts = self.xs[:n], self.acts[:n]
-        _, v_last = forward(self.local, bootstrap_x)
         ret = np.zeros(n, np.float32)
-        r = float(v_last)
+        r = 0.0 if bootstrap_x is None else float(forward(self.local, bootstrap_x)[1])
         for i in range(n - 1, -1, -1):
             r = self.rews[i] + cfg.gamma * r
             ret[i] = r
@@ -292,12 +301,15 @@ class A3CCommunities(Grouper):
     via_leader = True
     decides = True
 
-    def __init__(self, agent: SharedAgent, greedy: bool = True, learner: Learner | None = None):
+    def __init__(self, agent: SharedAgent, greedy: bool = True, learner: Learner | None = None,
+                 params: dict[str, np.ndarray] | None = None):
         self.agent, self.greedy, self.learner = agent, greedy, learner
+        self.params = params  # greedy on these frozen parameters (None: the agent's current ones)
         self.observer = Observer(agent.levels, agent.cfg.reward_scale, agent.cfg.bytes_penalty)
         self.level = 0
         self._first = True
         self.chosen: list[int] = []
+        self.rewards: list[float] = []  # of every decision interval that ended (greedy and learning alike)
 
     def initial(self, sim: PSSim) -> list[list[int]]:
         from mlsys_repro.papers.petrel.hardware import prior_groups
@@ -309,10 +321,12 @@ class A3CCommunities(Grouper):
 
     def decide(self, sim: PSSim) -> list[list[int]]:
         x, reward = self.observer.observe(sim, self.level)
+        if not self._first:
+            self.rewards.append(reward)
         if self.learner is not None:
             a = self.learner.step(x, None if self._first else reward, sim.n)
         else:
-            a = self.agent.act(x)
+            a = self.agent.act(x, self.params)
         self._first = False
         self.level = a
         k = int(k_levels(sim.n, self.agent.levels)[a])
@@ -320,8 +334,12 @@ class A3CCommunities(Grouper):
         return kmeans_1d(np.log(sim.ewma), k)
 
     def finish(self, sim: PSSim) -> None:
-        if self.learner is not None and not self._first:
-            x, reward = self.observer.observe(sim, self.level)
+        """The reward of the last interval (cut off by the horizon); a learner learns from it."""
+        if self._first:
+            return
+        x, reward = self.observer.observe(sim, self.level)
+        self.rewards.append(reward)
+        if self.learner is not None:
             self.learner.finish(x, reward)
 
 
@@ -338,6 +356,27 @@ def episode_condition(cfg, ep: int) -> tuple[int, int]:
     chunk = ep // c
     order = np.random.default_rng([cfg.seed, chunk, 0xC4D]).permutation(c)
     return chunk, int(order[ep % c])
+
+
+def eval_conditions(cfg) -> list[int]:
+    """Indices (into :func:`train_conditions`) of the greedy evaluation conditions, at the largest training worker
+    count: a cyclic diagonal of the speed ratio x link rate grid, ``max(ratios, links)`` conditions that cover every
+    speed ratio and every link rate (4 ratios x 3 rates: (1x, 1), (2x, 10), (4x, 100), (8x, 1) Gb/s)."""
+    n = max(int(w) for w in cfg.train_workers)
+    ratios = [float(r) for r in cfg.train_speed_ratios]
+    links = [float(g) for g in cfg.train_link_gbps] or [0.0]
+    want = {(ratios[i % len(ratios)], links[i % len(links)]) for i in range(max(len(ratios), len(links)))}
+    return [i for i, c in enumerate(train_conditions(cfg)) if c[0] == n and (c[1], c[2]) in want]
+
+
+# held-out hardware seeds of the greedy evaluation: stream + EVAL_SEED_OFFSET + condition index, above every training
+# episode's seed (stream + episode, episodes <= EVAL_SEED_OFFSET, checked in the schema) and below the next stream
+EVAL_SEED_OFFSET = 5_000
+
+
+def eval_hw_seed(cfg, condition: int) -> int:
+    """The hardware seed of the greedy evaluation on training condition ``condition`` (fixed across chunks)."""
+    return int(cfg.seed) + EVAL_SEED_OFFSET + int(condition)
 
 
 # [ours, #50] per-seed agents: the agent of evaluation seed s trains on its own stream, a3c.seed + s * stride: its
@@ -381,7 +420,8 @@ def train_a3c(cfg, levels: int, make_sim: Callable[..., PSSim], make_engine: Cal
 
 
 def train_agents(cfg, levels: int, make_sim: Callable[..., PSSim], make_engine: Callable[[], object],
-                 streams: list[int], progress: Callable[[int, int, float], None] | None = None) -> list[SharedAgent]:
+                 streams: list[int], progress: Callable[[int, int, float], None] | None = None,
+                 evaluate: bool = True) -> list[SharedAgent]:
     """Train one independent agent per training stream in ``streams`` (:func:`agent_stream`), side by side.
 
     Each agent has ``cfg.actors`` asynchronous actor-learners (its own parameters, shared RMSProp statistics, log
@@ -393,6 +433,14 @@ def train_agents(cfg, levels: int, make_sim: Callable[..., PSSim], make_engine: 
     bit for bit the agent trained alone on its stream. ``make_sim(hw_seed, condition, grouper, engine) -> sim``
     builds an episode's training simulation on hardware seed ``stream + episode`` (horizon =
     ``cfg.episode_decisions`` decisions, no early stop); ``progress(agent index, episode, return)``.
+
+    With ``evaluate``, every agent's greedy policy is evaluated on its :func:`eval_conditions` (hardware seeds
+    :func:`eval_hw_seed`) with its parameters frozen before the first wave (point -1) and at the end of the wave in
+    which each of its chunks completes (point = that chunk), and at the end if the last chunk is incomplete; the
+    returns and mean k go to the agent's log (``greedy_*``). These greedy runs go into the next wave's batches (they
+    run beside its training episodes on their frozen copy; the last point's run alone), so they cost few extra
+    batched calls. They never touch the parameters, the learners or their random streams: with
+    ``engine_mode="map"`` training is bit for bit the same with or without them.
     """
     from mlsys_repro.papers.petrel.sim import run_batch
 
@@ -406,6 +454,32 @@ def train_agents(cfg, levels: int, make_sim: Callable[..., PSSim], make_engine: 
         agents.append(agent)
         learners.append([Learner(agent, i, np.random.default_rng([acfg.seed, i, 0xAC7]))
                          for i in range(cfg.actors)])
+    def eval_runs(points: list[tuple[int, int, dict]], engines: dict[int, object]) -> list[tuple]:
+        """Greedy runs of agent ``a`` on its frozen parameters ``params``, labelled ``point``, for every (a, point,
+        params), on ``engines`` (one per worker count, shared with the training wave that runs beside them)."""
+        runs = []
+        for a, point, params in points:
+            agent = agents[a]
+            for ci in eval_conditions(agent.cfg):
+                cond = agent.conditions[ci]
+                engine = engines.setdefault(cond[0], make_engine())
+                grouper = A3CCommunities(agent, greedy=True, params=params)
+                runs.append((a, point, ci, grouper, make_sim(eval_hw_seed(agent.cfg, ci), cond, grouper, engine),
+                             engine))
+        return runs
+
+    def record(runs: list[tuple]) -> None:
+        for a, point, ci, grouper, sim, _ in runs:
+            grouper.finish(sim)
+            log = agents[a].log
+            log.greedy_chunk.append(point)
+            log.greedy_condition.append(ci)
+            log.greedy_ret.append(float(np.sum(grouper.rewards)))
+            log.greedy_k.append(float(np.mean(grouper.chosen)) if grouper.chosen else float("nan"))
+
+    # evaluation points waiting to run (beside the next wave): (agent, point, its parameters frozen at that point)
+    pending = [(a, -1, agent.snapshot()) for a, agent in enumerate(agents)] if evaluate else []
+    c = len(agents[0].conditions)
     while True:
         wave = []
         for a, agent in enumerate(agents):
@@ -427,8 +501,11 @@ def train_agents(cfg, levels: int, make_sim: Callable[..., PSSim], make_engine: 
             grouper = A3CCommunities(agent, greedy=False, learner=learner)
             runs.append((a, ep, chunk, ci, learner, grouper, make_sim(agent.cfg.seed + ep, cond, grouper, engine),
                          engine))
+        greedy = eval_runs(pending, engines)
+        pending = []
         for engine in engines.values():
-            run_batch([r[6] for r in runs if r[7] is engine], engine)
+            run_batch([r[6] for r in runs if r[7] is engine] + [g[4] for g in greedy if g[5] is engine], engine)
+        record(greedy)
         for a, ep, chunk, ci, learner, grouper, sim, _ in runs:
             grouper.finish(sim)
             log = agents[a].log
@@ -440,6 +517,21 @@ def train_agents(cfg, levels: int, make_sim: Callable[..., PSSim], make_engine: 
             log.chunk.append(chunk)
             if progress:
                 progress(a, ep, learner.episode_return)
+        if evaluate:
+            for a in sorted({w[0] for w in wave}):
+                done = len(agents[a].log.episode)
+                lo = len([e for w_a, e, _ in wave if w_a == a])
+                complete = list(range((done - lo) // c, done // c))  # chunks completed in this wave
+                if complete:
+                    pending.append((a, complete[-1], agents[a].snapshot()))
+                elif done == agents[a].cfg.episodes and done % c:
+                    pending.append((a, done // c, agents[a].snapshot()))  # the last, incomplete chunk
+    if pending:  # the points of the last wave run on their own
+        engines = {}
+        greedy = eval_runs(pending, engines)
+        for engine in engines.values():
+            run_batch([g[4] for g in greedy if g[5] is engine], engine)
+        record(greedy)
     return agents
 
 
@@ -482,8 +574,56 @@ def learning_summary(log: TrainLog, num_conditions: int, tail_chunks: int = 3) -
     return out
 
 
+def greedy_summary(log: TrainLog, num_conditions: int, tail_chunks: int = 3) -> dict[str, float]:
+    """Gate metrics of a training run, read from its greedy evaluation curve (``log.greedy_*``), paired over the
+    evaluation conditions (the same held-out hardware seeds at every point).
+
+    ``improved``: the per-condition gain of the mean greedy return over the last ``tail_chunks`` complete chunks
+    against the untrained policy (point -1) has a one-sided 95 % t lower bound above 0. ``plateaued``: the last
+    complete chunk's greedy returns do not differ from the chunk before it (paired two-sided 95 % t interval contains
+    0). ``converged`` = both. Chunk c is complete when the run had at least ``(c + 1) * num_conditions`` episodes
+    (its :func:`learning_summary` table); fewer than ``max(tail_chunks, 2)`` complete chunks or no point -1: all 0.
+    """
+    from scipy import stats
+
+    ret = np.asarray(log.greedy_ret, dtype=np.float64)
+    point = np.asarray(log.greedy_chunk)
+    cond = np.asarray(log.greedy_condition)
+    conds = sorted(set(cond.tolist()))
+    m = len(conds)
+    n_complete = len(log.episode) // num_conditions if num_conditions else 0
+    pts = [p for p in sorted(set(point.tolist())) if p < n_complete]
+    out = {"improved": 0.0, "plateaued": 0.0, "converged": 0.0, "chunks": float(len([p for p in pts if p >= 0])),
+           "initial_return": float("nan"), "last_chunks_return": float("nan")}
+    if -1 not in pts:
+        return out
+    col = {c: j for j, c in enumerate(conds)}
+    table = np.full((len(pts), m), np.nan)
+    row = {p: i for i, p in enumerate(pts)}
+    for p, c, r in zip(point, cond, ret, strict=True):
+        if p in row:
+            table[row[p], col[c]] = r
+    if np.isnan(table).any():
+        raise ValueError("every greedy evaluation point must cover every evaluation condition")
+    out["initial_return"] = float(table[0].mean())
+    done = table[1:]
+    if len(done):
+        out["last_chunks_return"] = float(done[-tail_chunks:].mean())
+    if len(done) < max(tail_chunks, 2) or m < 2:
+        return out
+    t95 = stats.t.ppf(0.95, m - 1)
+    t975 = stats.t.ppf(0.975, m - 1)
+    gain = done[-tail_chunks:].mean(axis=0) - table[0]
+    improved = gain.mean() - t95 * gain.std(ddof=1) / np.sqrt(m) > 0
+    step = done[-1] - done[-2]
+    plateaued = abs(step.mean()) <= t975 * step.std(ddof=1) / np.sqrt(m)
+    out.update(improved=float(improved), plateaued=float(plateaued), converged=float(improved and plateaued))
+    return out
+
+
 def arms_differ(choices: list[list[int]]) -> float:
-    """1 if the agent's decisions over all runs take at least two different community counts, else 0.
+    """1 if the agent's decisions over all runs take at least two different community counts, else 0 (one agent's:
+    with per-seed agents each is judged on its own runs, ``experiments._gate_rows``).
 
     Meant for runs at one worker count (the experiments of the A3C claims have N = 16): across worker counts one
     action level maps to different k (:func:`k_levels`), so different k there need not mean different actions."""

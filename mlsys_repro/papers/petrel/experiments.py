@@ -17,8 +17,10 @@ tuning seeds (``tuning_casp_k<k>``); the reported seeds then run CASP at the k w
 condition's tuning seeds (``casp_k<k>``, repeated as ``casp_best_k``; ``best_k`` says which) and, on a sweep of
 several conditions, at the one k with the least mean time over every condition's tuning seeds (``casp_const_k``;
 ``const_k`` says which). The other fixed k never run on the reported seeds: nothing reads them.
-A3C policies carry two 0/1 gate metrics: ``arms_differ`` (its greedy decisions over all runs of the experiment
-take >= 2 values of k) and ``converged`` (:func:`mlsys_repro.papers.petrel.a3c.learning_summary` of its training).
+A3C policies carry two 0/1 gate metrics per run, judged per agent (the run's seed's, with per-seed agents):
+``arms_differ`` (the agent's greedy decisions over all runs of the experiment at that worker count take >= 2 values
+of k) and ``converged`` (:func:`mlsys_repro.papers.petrel.a3c.greedy_summary` of its training's
+greedy evaluation curve).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import pandas as pd
 
 from mlsys_repro.common.repro import RunContext, metric_rows
 from mlsys_repro.common.repro.plots import bars_with_ci, figure, lines_with_ci
-from mlsys_repro.papers.petrel.a3c import arms_differ, learning_summary
+from mlsys_repro.papers.petrel.a3c import arms_differ, greedy_summary, learning_summary
 from mlsys_repro.papers.petrel.data import task_for
 from mlsys_repro.papers.petrel.pipeline import RunResult, agents_for, condition_hardware, run_jobs
 from mlsys_repro.papers.petrel.schemas import PetrelParams, SyncPolicy
@@ -170,17 +172,29 @@ def _condition(ctx: RunContext, task, hw, agents, note: str, tuning: Sequence[Ru
 
 
 def _gate_rows(agents, decisions) -> list[dict[str, Any]]:
-    """``arms_differ`` (over every run of the experiment) and ``converged`` rows for each A3C policy and run
-    (``converged``: the training of the agent that made the run's decisions, its seed's with per-seed agents)."""
+    """``arms_differ`` and ``converged`` rows for each A3C policy and run, both judged per agent: with per-seed
+    agents, the run's seed's agent; with one shared agent, that agent for every seed. ``arms_differ``: the agent's
+    greedy decisions over every run of the experiment at the run's worker count take >= 2 values of k (one action
+    level means different k at different N); ``converged``: the gate of that agent's training
+    (:func:`~mlsys_repro.papers.petrel.a3c.greedy_summary`). A claim's cell then counts the share of its runs (seeds)
+    whose agent passes (``gates.cell_valid``)."""
     rows: list[dict[str, Any]] = []
     for name, aset in agents.items():
         mine = [d for d in decisions if d[0] == name]
-        differ = arms_differ([d[3] for d in mine])
+        per_seed = aset.shared is None
+
+        def key(seed: int, cond: dict[str, Any]) -> tuple:
+            return (seed if per_seed else None, cond.get("num_workers"))
+
+        chosen: dict[tuple, list[list[int]]] = {}
+        for _, seed, cond, ks in mine:
+            chosen.setdefault(key(seed, cond), []).append(ks)
         conv: dict[int, float] = {}
         for _, seed, cond, _ in mine:
             if seed not in conv:
                 agent = aset.for_seed(seed)
-                conv[seed] = learning_summary(agent.log, len(agent.conditions))["converged"]
+                conv[seed] = greedy_summary(agent.log, len(agent.conditions))["converged"]
+            differ = arms_differ(chosen[key(seed, cond)])
             rows += metric_rows(name, {"arms_differ": (differ, "flag"), "converged": (conv[seed], "flag")},
                                 seeds=[seed], **cond)
     return rows
@@ -405,11 +419,38 @@ def ablation(ctx: RunContext):
     return rows
 
 
+def greedy_rows(name: str, seed: int, agent) -> list[dict[str, Any]]:
+    """The greedy evaluation curve of one trained agent (``greedy_return``, ``greedy_mean_k`` per ``chunk`` point and
+    condition) and its gate rows (``improved``, ``plateaued``, ``converged`` from that curve; ``sampled_*`` from the
+    sampled training returns, informational; ``complete_chunks``, ``shared_updates``)."""
+    log = agent.log
+    rows: list[dict[str, Any]] = []
+    for p, c, r, k in zip(log.greedy_chunk, log.greedy_condition, log.greedy_ret, log.greedy_k, strict=True):
+        n, ratio, gbps = agent.conditions[int(c)]
+        rows += metric_rows(name, {"greedy_return": (r, "reward"), "greedy_mean_k": (k, "count")}, seeds=[seed],
+                            chunk=int(p), num_workers=n, speed_ratio=ratio, link_gbps=gbps)
+    summ = greedy_summary(log, len(agent.conditions))
+    sampled = learning_summary(log, len(agent.conditions))
+    rows += metric_rows(name, {"improved": (summ["improved"], "flag"), "plateaued": (summ["plateaued"], "flag"),
+                               "converged": (summ["converged"], "flag"),
+                               "sampled_improved": (sampled["improved"], "flag"),
+                               "sampled_plateaued": (sampled["plateaued"], "flag"),
+                               "sampled_converged": (sampled["converged"], "flag"),
+                               "complete_chunks": (summ["chunks"], "count"),
+                               "shared_updates": (log.updates, "count")}, seeds=[seed])
+    return rows
+
+
 def a3c_training(ctx: RunContext):
     """Learning curve of the A3C community agent: ``curve_episode_return`` and ``curve_episode_mean_k`` per episode
     (``episode`` column), ``curve_chunk_return`` per chunk (one pass over every training condition; ``episode`` =
-    episodes done at its end), and the gate metrics ``improved``, ``plateaued`` and ``converged``; with per-seed
-    agents (``a3c.per_seed``) once per agent, its ``seed`` column the evaluation seed it serves."""
+    episodes done at its end), the greedy evaluation curve ``greedy_return`` and ``greedy_mean_k`` per evaluation
+    point (``chunk`` column, -1 = before any update) and condition (``num_workers``, ``speed_ratio``, ``link_gbps``),
+    the gate metrics ``improved``, ``plateaued`` and ``converged`` read from that greedy curve
+    (:func:`~mlsys_repro.papers.petrel.a3c.greedy_summary`), and the same three read from the sampled training returns
+    (``sampled_improved``, ``sampled_plateaued``, ``sampled_converged``: informational,
+    :func:`~mlsys_repro.papers.petrel.a3c.learning_summary`); with per-seed agents (``a3c.per_seed``) once per
+    agent, its ``seed`` column the evaluation seed it serves."""
     task = task_for(ctx)
     agents = _agents(ctx, task)
     if not agents:
@@ -436,15 +477,17 @@ def a3c_training(ctx: RunContext):
         for c, m in zip(chunks, means, strict=True):
             rows += metric_rows(name, {"curve_chunk_return": (m, "reward")}, seeds=[seed], chunk=int(c),
                                 episode=int((c + 1) * len(agent.conditions)))
-        summ = learning_summary(log, len(agent.conditions))
-        rows += metric_rows(name, {"improved": (summ["improved"], "flag"), "plateaued": (summ["plateaued"], "flag"),
-                                   "converged": (summ["converged"], "flag"),
-                                   "complete_chunks": (summ["chunks"], "count"),
-                                   "shared_updates": (log.updates, "count")}, seeds=[seed])
+        rows += greedy_rows(name, seed, agent)
         if one:
             axes[0, 0].plot(cols["episode"], cols["ret"], ".", alpha=0.3, label=f"{label} episodes")
         axes[0, 0].plot((chunks + 0.5) * len(agent.conditions), means, "-o", ms=3, lw=1, label=f"{label} chunk mean")
         axes[0, 1].plot(cols["episode"], cols["mean_k"], ".", alpha=0.4 if one else 0.15, label=label)
+        if log.greedy_ret:  # the greedy curve (the gate's): mean over evaluation conditions at each point
+            pts = sorted(set(log.greedy_chunk))
+            g = [float(np.mean([r for p, r in zip(log.greedy_chunk, log.greedy_ret, strict=True) if p == q]))
+                 for q in pts]
+            axes[0, 0].plot([(q + 1) * len(agent.conditions) for q in pts], g, "--s", ms=3, lw=1,
+                            label=f"{label} greedy")
     axes[0, 0].set_xlabel("episode")
     axes[0, 0].set_ylabel("episode return (probe log-loss decrease rate)")
     axes[0, 1].set_xlabel("episode")

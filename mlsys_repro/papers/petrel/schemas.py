@@ -146,13 +146,16 @@ class A3CConfig:
     # [ours, #50] one agent per evaluation seed s, trained on its own stream seed + 10,000 s (a3c.AGENT_SEED_STRIDE),
     # so the CIs over seeds include training variance; False: one agent (stream seed) shared by every seed
     per_seed: bool = False
+    # True: an episode cut off by the horizon bootstraps its last n-step return from the value of its last state;
+    # False: the episode end is terminal (returns are sums of the episode's remaining rewards)
+    bootstrap_at_end: bool = True
 
     def __post_init__(self) -> None:
         for k in ("actors", "episodes", "episode_decisions", "t_max", "hidden"):
             if getattr(self, k) < 1:
                 raise ValueError(f"a3c.{k} must be >= 1, got {getattr(self, k)}")
-        if self.episodes > 10_000:  # a3c.AGENT_SEED_STRIDE: per-seed training streams must not overlap
-            raise ValueError(f"a3c.episodes must be <= 10000 (the per-seed stream stride), got {self.episodes}")
+        if self.episodes > 5_000:  # a3c.EVAL_SEED_OFFSET: training and greedy evaluation seeds must not overlap
+            raise ValueError(f"a3c.episodes must be <= 5000 (the greedy evaluation seed offset), got {self.episodes}")
         _positive("a3c.lr", self.lr)
         if not (0 <= self.gamma <= 1):
             raise ValueError(f"a3c.gamma must be in [0, 1], got {self.gamma}")

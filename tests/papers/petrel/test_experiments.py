@@ -66,15 +66,18 @@ def test_reported_seeds_run_only_the_picked_ks():
 
 
 def _agent_with_log(table):
-    """A stand-in agent whose training log has one return per (chunk, condition) from ``table``."""
+    """A stand-in agent whose greedy evaluation curve has one return per (point, condition) from ``table`` (row 0:
+    the untrained policy, point -1; row i: after chunk i - 1), and whose training log has those chunks complete."""
     from mlsys_repro.papers.petrel.a3c import TrainLog
 
     log = TrainLog()
     for ch, row in enumerate(table):
         for c, r in enumerate(row):
-            log.ret.append(float(r))
-            log.chunk.append(ch)
-            log.condition.append(c)
+            log.greedy_ret.append(float(r))
+            log.greedy_chunk.append(ch - 1)
+            log.greedy_condition.append(c)
+            if ch:
+                log.episode.append(len(log.episode))
     return SimpleNamespace(log=log, conditions=[(16, 1.0, 1.0), (16, 4.0, 1.0), (16, 8.0, 1.0)])
 
 
@@ -110,6 +113,26 @@ def test_gate_rows_read_each_seeds_own_agent():
     assert conv.to_dict() == {0: 1.0, 1: 0.0}
     with pytest.raises(KeyError, match="seed 2"):
         _gate_rows({"casp": AgentSet(by_seed={0: rising})}, [("casp", 2, {}, [4])])
+
+
+def test_arms_differ_is_judged_per_agent():
+    from mlsys_repro.papers.petrel.a3c import AgentSet
+    from mlsys_repro.papers.petrel.experiments import _gate_rows
+
+    agents = {"casp": AgentSet(by_seed={s: _agent_with_log([]) for s in (0, 1, 2)})}
+    runs = [("casp", 0, {"link_gbps": 1.0}, [2, 2]), ("casp", 0, {"link_gbps": 100.0}, [16]),  # 2 values: acts
+            ("casp", 1, {"link_gbps": 1.0}, [4, 4]), ("casp", 1, {"link_gbps": 100.0}, [4]),  # a constant: no
+            ("casp", 2, {"link_gbps": 1.0}, [8, 8]), ("casp", 2, {"link_gbps": 100.0}, [8])]
+    rows = pd.DataFrame(_gate_rows(agents, runs))
+    differ = rows[rows.metric == "arms_differ"]
+    assert len(differ) == 6  # one row per run, its seed's agent's flag
+    assert differ.groupby("seed")["value"].agg(["min", "max"]).to_dict("index") == {
+        0: {"min": 1.0, "max": 1.0}, 1: {"min": 0.0, "max": 0.0}, 2: {"min": 0.0, "max": 0.0}}
+    # the constants differ across agents (4 vs 8), which the pooled reading would have counted as acting
+    # one worker count at a time: k = 4 at N = 8 and k = 16 at N = 16 is not two values at one N
+    by_n = [("casp", 0, {"num_workers": 8}, [4, 4]), ("casp", 0, {"num_workers": 16}, [16])]
+    rows = pd.DataFrame(_gate_rows(agents, by_n))
+    assert (rows[rows.metric == "arms_differ"]["value"] == 0.0).all()
 
 
 def _tuning_rows(times: dict[tuple[int, float], list[float]]) -> list[dict]:
