@@ -60,7 +60,7 @@ SMOKE_RUNS = [pe for pe in EXPERIMENTS if pe not in RUN_ELSEWHERE]
 # a paper's smoke runs share one RunCache, as the experiments of one run_all process do (CI time: loaded traces and
 # tasks, trained predictors and agents, simulated configurations; every entry is keyed by what built it), one paper
 # at a time; for the papers whose smoke runs were checked with it (#51), the others get a fresh cache per run
-SHARED_RUN_CACHE = {"canary", "greenplace", "labelavg", "maifs", "petrel", "swallow"}
+SHARED_RUN_CACHE = {"canary", "fedfoa", "greenplace", "labelavg", "maifs", "petrel", "swallow"}
 _run_cache: dict[str, RunCache] = {}
 
 

@@ -1,7 +1,7 @@
 """The federated loop: what each method exchanges and how clients update, checked on one compiled program.
 
-All tests share the smoke-profile shape of ``experiment=fedfoa/headline`` (synthetic images of the same sizes), so
-the program compiles once per session and is reused by tests/test_configs.py.
+All tests share the smoke-profile shape of ``experiment=fedfoa/headline`` with a public set (synthetic images of the
+same sizes; the KD path compiled in, so not the smoke run's own program), and one trainer: it compiles once per module.
 """
 
 from __future__ import annotations
@@ -47,9 +47,13 @@ def setup():
     args = (jax.vmap(jax.random.key)(jnp.asarray(seeds)), jnp.asarray(idx), jnp.asarray(counts), jnp.asarray(images),
             jnp.asarray(public), jnp.array([0.5, 0.5, 0.5]), jnp.array([0.25, 0.25, 0.25]))
     cache = {}
+    # one trainer (jitted start/advance) for the module, as the experiments share one per shape through ctx.cache
+    # (CI time: each run otherwise re-traces and re-lowers the program); `again` still executes afresh
+    trainers = RunCache()
 
     def again(method, checkpointer=None, **kw):
-        return jax.block_until_ready(run_train(shape, knobs(shape, method, **kw), *args, checkpointer=checkpointer))
+        return jax.block_until_ready(run_train(shape, knobs(shape, method, **kw), *args, checkpointer=checkpointer,
+                                               cache=trainers))
 
     def run(method, **kw):
         key = (method, tuple(sorted(kw.items())))
@@ -59,6 +63,7 @@ def setup():
 
     run.again = again
     run.args = args
+    run.trainers = trainers
     return shape, counts, run
 
 
@@ -143,13 +148,15 @@ def test_monitor_runs_after_every_chunk_and_survives_a_kill(setup, tmp_path):
 
     monitor.eval_shape = lambda c: {"round": jax.ShapeDtypeStruct((2,), jnp.float32),
                                     "k0": jax.ShapeDtypeStruct((2,), jnp.float32)}
-    whole = run_train(shape, kn, *run.args, monitor=monitor)
+    whole = run_train(shape, kn, *run.args, monitor=monitor, cache=run.trainers)
     chunks = num_chunks(shape.rounds)
     np.testing.assert_array_equal(np.asarray(whole.monitor["round"]),
                                   np.tile(np.arange(1, chunks + 1) * (shape.rounds // chunks), (2, 1)))
     with pytest.raises(Killed):
-        run_train(shape, kn, *run.args, checkpointer=DiesAfterFirstSave(tmp_path / "m"), monitor=monitor)
-    resumed = run_train(shape, kn, *run.args, checkpointer=Checkpointer(tmp_path / "m"), monitor=monitor)
+        run_train(shape, kn, *run.args, checkpointer=DiesAfterFirstSave(tmp_path / "m"), monitor=monitor,
+                  cache=run.trainers)
+    resumed = run_train(shape, kn, *run.args, checkpointer=Checkpointer(tmp_path / "m"), monitor=monitor,
+                        cache=run.trainers)
     for a, b in zip(_leaves(whole.monitor), _leaves(resumed.monitor), strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(np.asarray(whole.monitor["k0"])[:, -1],

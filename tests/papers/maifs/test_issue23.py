@@ -4,6 +4,8 @@ pick costs the agent the rest of its round) and the validity gates of learned po
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -142,9 +144,20 @@ def _env(tiny, wins, **kw):
     return MaifsEnv(cl, sm, md, stack(wins), cfg)
 
 
+@functools.partial(jax.jit, static_argnames=("cfg", "fn"))
+def _env_call(cl, sm, md, windows, cfg, fn, *args):
+    """``MaifsEnv(...).fn(*args)`` compiled, the arrays as arguments (CI time: one compilation per config and
+    shape instead of op-by-op dispatch of every primitive)."""
+    return getattr(MaifsEnv(cl, sm, md, windows, cfg), fn)(*args)
+
+
+def _reset(env, w=0):
+    return _env_call(env.cl, env.sm, env.md, env.windows, env.cfg, "reset_window", w)
+
+
 def _step(env, st, picks, level=1):
     acts = {a: jnp.array([picks[i], level], jnp.int32) for i, a in enumerate(env.agents)}
-    return env.step_env(jax.random.key(0), st, acts)
+    return _env_call(env.cl, env.sm, env.md, env.windows, env.cfg, "step_env", jax.random.key(0), st, acts)
 
 
 def test_a_lease_release_is_a_preemption_that_frees_the_gpus(tiny):
@@ -154,7 +167,7 @@ def test_a_lease_release_is_a_preemption_that_frees_the_gpus(tiny):
     env = _env(tiny, [w], num_running=1, restore_s=60.0)
     kk, r = 4, 1
     noop = kk + r
-    obs, st = env.reset_window(0)
+    obs, st = _reset(env)
     assert not np.asarray(obs["agent_0"]["mask"])[kk]  # nothing runs yet: no release option
     obs, st, *_ = _step(env, st, [0, 1])  # agent 0 takes job 0, agent 1 job 1
     status = np.asarray(st.sim.status)
@@ -183,7 +196,8 @@ def test_a_lease_release_is_a_preemption_that_frees_the_gpus(tiny):
     # the waiting job takes the freed server; at the round's end the victim is a net preemption: counted once and
     # charged its checkpoint-restore (60 s of work) before the round runs (it runs nowhere, so nothing else moves)
     waiting = int(np.flatnonzero((np.asarray(st.sim.status) == PENDING) & (np.arange(4) != victim))[0])
-    pick = int(np.flatnonzero(np.asarray(env.candidates(st.sim)) == waiting)[0])
+    cands = _env_call(env.cl, env.sm, env.md, env.windows, env.cfg, "candidates", st.sim)
+    pick = int(np.flatnonzero(np.asarray(cands) == waiting)[0])
     obs, st, *_ = _step(env, st, [pick, noop])
     for _ in range(4):
         if int(st.substep) == 0:
@@ -197,7 +211,7 @@ def test_a_lease_release_is_a_preemption_that_frees_the_gpus(tiny):
 def test_without_release_slots_agents_cannot_preempt(tiny):
     w = Window("w", np.zeros(3), np.full(3, 5000.0), np.full(3, 4, np.int32), np.zeros(3, np.int32))
     env = _env(tiny, [w], num_running=0)
-    obs, _ = env.reset_window(0)
+    obs, _ = _reset(env)
     assert np.asarray(obs["agent_0"]["mask"]).shape == (5,)  # K placements + no-op
 
 
@@ -207,7 +221,7 @@ def test_a_conflicting_pick_costs_the_agent_its_round(tiny, blocks):
     w = Window("w", np.zeros(2), np.full(2, 5000.0), np.ones(2, np.int32), np.zeros(2, np.int32))
     env = _env(tiny, [w], conflict_blocks=blocks)
     kk = 4
-    obs, st = env.reset_window(0)
+    obs, st = _reset(env)
     obs, st, _, _, info = _step(env, st, [0, 0])
     assert int(info["conflicts"]) == 1 and int(info["decisions"]) == 1
     mask1 = np.asarray(obs["agent_1"]["mask"])

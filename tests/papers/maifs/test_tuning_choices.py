@@ -66,3 +66,16 @@ def test_policy_configs_carry_the_committed_pick(family):
         got[name] = (float(pol.lr), float(pol.ent_coef))
     wrong = {n: g for n, g in got.items() if g != want}
     assert not wrong, f"tuning picked (lr, ent_coef) = {want} for {family}; configured: {wrong}"
+
+
+def test_smoke_grid_point_is_the_maifs_policys_own():
+    """The tuning smoke run trains maifs at one grid point; at maifs's own (lr, ent_coef) its trainer (lr and
+    ent_coef are static in the compiled program) is the one the other maifs smoke runs compiled (CI time: a
+    stale point recompiles the PPO chunk)."""
+    from mlsys_repro.common.repro.config import compose, experiment_node
+
+    node = experiment_node(compose(["experiment=maifs/tuning", "profile=smoke"]))
+    assert list(node.policies) == ["maifs"]
+    pol = OmegaConf.to_object(policy_node("maifs", "maifs"))
+    grid = [(float(lr), float(e)) for lr in node.params.tune_lr for e in node.params.tune_ent_coef]
+    assert grid == [(float(pol.lr), float(pol.ent_coef))]
