@@ -324,7 +324,8 @@ def test_greedy_curve_rows_of_a_tiny_training(task):
 
     _, (agent,), _ = _train_tiny(task, lambda cfg: [agent_stream(cfg, 0)])
     log = agent.log
-    assert sorted(zip(log.greedy_chunk, log.greedy_condition)) == [(p, c) for p in (-1, 0, 1) for c in (0, 1)]
+    points = sorted(zip(log.greedy_chunk, log.greedy_condition, strict=True))
+    assert points == [(p, c) for p in (-1, 0, 1) for c in (0, 1)]
     assert all(np.isfinite(log.greedy_ret)) and all(1 <= k <= 4 for k in log.greedy_k)
     rows = pd.DataFrame(greedy_rows("casp", 3, agent))
     curve = rows[rows.metric == "greedy_return"]
