@@ -130,9 +130,13 @@ def test_training_resumes_bit_identically_after_a_kill(tiny, tmp_path):
     init, chunk, _, _ = make_train(ECFG, cfg, spec.num_servers)
     prob = Problem(cl, sm, md, stack(windows() + windows(seed=1)))
     step, start = jax.jit(chunk), jax.jit(init)  # each compiled once for the three runs
+    # the state a checkpoint restores is committed to the device; commit every run's state alike, so one compiled
+    # chunk serves the resumed run too (CI time: else it compiles again, for the committed argument shardings)
+    dev = jax.devices()[0]
 
     def run(ck):
-        return run_chunked(lambda r: step(r, variant(), prob), start(jax.random.key(0), variant(), prob), 3, ck)
+        return run_chunked(lambda r: step(jax.device_put(r, dev), variant(), prob),
+                           start(jax.random.key(0), variant(), prob), 3, ck)
 
     whole, hist = run(None)
     assert len(hist) == 3 and int(whole.update) == 3  # one update per chunk
