@@ -36,15 +36,18 @@ def make_env(tiny, wins):
 
 
 def random_episode(env, key, max_steps=400):
-    obs, st = env.reset_window(0)
-    total, steps = 0.0, 0
-    step = jax.jit(env.step_env)
-    while steps < max_steps:
+    @jax.jit  # the whole random step compiled once (CI time: op-by-op, every primitive compiled on its own)
+    def step(key, st, obs):
         key, k = jax.random.split(key)
         o = stack_agents(obs, env.agents)
         picks = jax.random.categorical(k, jnp.where(o["mask"], 0.0, -1e9))
         acts = {a: jnp.stack([picks[i], jnp.int32(3)]) for i, a in enumerate(env.agents)}
-        obs, st, rew, done, info = step(k, st, acts)
+        return key, *env.step_env(k, st, acts)
+
+    obs, st = jax.jit(env.reset_window)(0)
+    total, steps = 0.0, 0
+    while steps < max_steps:
+        key, obs, st, rew, done, info = step(key, st, obs)
         total += float(rew[env.agents[0]])
         steps += 1
         if bool(done["__all__"]):
