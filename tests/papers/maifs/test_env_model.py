@@ -36,15 +36,18 @@ def make_env(tiny, wins):
 
 
 def random_episode(env, key, max_steps=400):
-    obs, st = env.reset_window(0)
-    total, steps = 0.0, 0
-    step = jax.jit(env.step_env)
-    while steps < max_steps:
+    @jax.jit  # the whole random step compiled once (CI time: op-by-op, every primitive compiled on its own)
+    def step(key, st, obs):
         key, k = jax.random.split(key)
         o = stack_agents(obs, env.agents)
         picks = jax.random.categorical(k, jnp.where(o["mask"], 0.0, -1e9))
         acts = {a: jnp.stack([picks[i], jnp.int32(3)]) for i, a in enumerate(env.agents)}
-        obs, st, rew, done, info = step(k, st, acts)
+        return key, *env.step_env(k, st, acts)
+
+    obs, st = jax.jit(env.reset_window)(0)
+    total, steps = 0.0, 0
+    while steps < max_steps:
+        key, obs, st, rew, done, info = step(key, st, obs)
         total += float(rew[env.agents[0]])
         steps += 1
         if bool(done["__all__"]):
@@ -130,9 +133,13 @@ def test_training_resumes_bit_identically_after_a_kill(tiny, tmp_path):
     init, chunk, _, _ = make_train(ECFG, cfg, spec.num_servers)
     prob = Problem(cl, sm, md, stack(windows() + windows(seed=1)))
     step, start = jax.jit(chunk), jax.jit(init)  # each compiled once for the three runs
+    # the state a checkpoint restores is committed to the device; commit every run's state alike, so one compiled
+    # chunk serves the resumed run too (CI time: else it compiles again, for the committed argument shardings)
+    dev = jax.devices()[0]
 
     def run(ck):
-        return run_chunked(lambda r: step(r, variant(), prob), start(jax.random.key(0), variant(), prob), 3, ck)
+        return run_chunked(lambda r: step(jax.device_put(r, dev), variant(), prob),
+                           start(jax.random.key(0), variant(), prob), 3, ck)
 
     whole, hist = run(None)
     assert len(hist) == 3 and int(whole.update) == 3  # one update per chunk
